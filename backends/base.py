@@ -1,0 +1,68 @@
+"""The user record and the small async interface every user backend implements."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    """A stored account, read only. `password` is the hex text of a bcrypt hash.
+
+    A backend that checks passwords itself (LDAP bind mode) leaves `password` as None
+    and answers `verify_password`.
+    """
+
+    name: str
+    ident: str
+    password: str | None = None
+    display_name: str | None = None
+    avatar_url: str | None = None
+
+
+class UserBackend(abc.ABC):
+    """Fetch users from a store. Backends never change accounts while serving."""
+
+    #: the name under which the backend is registered (`[backend] type`)
+    name: ClassVar[str] = ""
+
+    @classmethod
+    @abc.abstractmethod
+    def from_config(cls, options: dict[str, Any], *, config_dir: str) -> "UserBackend":
+        """Build the backend from its validated `[backend.<name>]` section.
+
+        Raise `homeserver.errors.ConfigError` for a start-up problem (missing file,
+        malformed data), naming the key or the record.
+        """
+
+    async def start(self) -> None:
+        """Open connections or load data; called once in the serving process."""
+
+    @abc.abstractmethod
+    async def get_user(self, name: str, *, case_insensitive: bool = False) -> User | None:
+        """Return the user whose name is exactly `name`, or None.
+
+        With `case_insensitive`, a failed exact lookup falls back to a case-insensitive
+        match (each backend documents how). Raise `StoreUnavailable` when the store
+        cannot answer and `StoreDataError` for a malformed record.
+        """
+
+    async def verify_password(self, user: User, password: str) -> bool | None:
+        """Check the password in the store itself; None leaves it to the stored hash."""
+        return None
+
+    async def check_health(self) -> None:
+        """Raise `StoreUnavailable` when the store cannot answer right now."""
+
+    async def add_user(self, user: User, *, overwrite: bool = False) -> None:
+        """Provision a user (the CLI's add-user; never called while serving)."""
+        raise NotImplementedError(f"the {self.name} backend cannot add users")
+
+    async def close(self) -> None:
+        """Release connections."""
+
+
+class UserExists(Exception):
+    """add_user found the name taken and was not asked to overwrite."""

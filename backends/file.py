@@ -1,0 +1,166 @@
+"""JSON-file user backend: the embedded default, loaded into memory at start-up."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import tempfile
+from typing import Any, Iterator
+
+from backends.base import User, UserBackend, UserExists
+from homeserver.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+REQUIRED = ("name", "password", "ident")
+OPTIONAL = ("display_name", "avatar_url")
+
+
+def parse_users(document: Any, source: str) -> dict[str, User]:
+    """Validate a `{"users": [...]}` document into {name: User}; ConfigError names the record."""
+    if not isinstance(document, dict) or not isinstance(document.get("users"), list):
+        raise ConfigError(f"users file {source}: expected an object with a \"users\" list")
+    users: dict[str, User] = {}
+    for index, record in enumerate(document["users"]):
+        where = f"users file {source}: record {index}"
+        if not isinstance(record, dict):
+            raise ConfigError(f"{where}: expected an object")
+        if isinstance(record.get("name"), str):
+            where = f"{where} ({record['name']!r})"
+        for key in REQUIRED:
+            if key not in record:
+                raise ConfigError(f"{where}: missing required field {key!r}")
+            if not isinstance(record[key], str):
+                raise ConfigError(f"{where}: field {key!r} must be a string")
+        for key in OPTIONAL:
+            if record.get(key) is not None and not isinstance(record[key], str):
+                raise ConfigError(f"{where}: field {key!r} must be a string")
+        if record["name"] in users:
+            raise ConfigError(f"{where}: duplicate name")
+        users[record["name"]] = User(
+            name=record["name"],
+            password=record["password"],
+            ident=record["ident"],
+            display_name=record.get("display_name"),
+            avatar_url=record.get("avatar_url"),
+        )
+    return users
+
+
+def fold_index(users: dict[str, User]) -> dict[str, str]:
+    """Map case-folded names to their stored name, keeping only unambiguous ones."""
+    seen: dict[str, str | None] = {}
+    for name in users:
+        key = name.casefold()
+        seen[key] = None if key in seen else name
+    return {key: name for key, name in seen.items() if name is not None}
+
+
+def read_users_file(path: str) -> dict[str, User]:
+    """Load and validate the users file; ConfigError on any problem."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        raise ConfigError(f"backend.file.path: users file {path} not found") from None
+    except OSError as exc:
+        raise ConfigError(f"backend.file.path: users file {path} cannot be read ({exc.strerror})") from None
+    try:
+        document = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise ConfigError(f"users file {path}: malformed JSON: {exc}") from None
+    return parse_users(document, path)
+
+
+@contextlib.contextmanager
+def _locked(path: str) -> Iterator[None]:
+    """Serialise writers (concurrent add-user runs) with a lock file beside the users file."""
+    with open(path + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _user_record(user: User) -> dict[str, str]:
+    record = {"name": user.name, "password": user.password or "", "ident": user.ident}
+    if user.display_name is not None:
+        record["display_name"] = user.display_name
+    if user.avatar_url is not None:
+        record["avatar_url"] = user.avatar_url
+    return record
+
+
+def write_atomically(path: str, data: bytes, mode: int = 0o600) -> None:
+    """Replace `path` with `data` so readers see the old or the new file, never half."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".users-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+class FileBackend(UserBackend):
+    """Users from a JSON file, held in memory with a case-folded index."""
+
+    name = "file"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.users: dict[str, User] = {}
+        self.folded: dict[str, str] = {}
+
+    @classmethod
+    def from_config(cls, options: dict[str, Any], *, config_dir: str) -> "FileBackend":
+        path = options["path"]
+        return cls(path if os.path.isabs(path) else os.path.join(config_dir, path))
+
+    def load(self) -> None:
+        """Read the file now (start-up); ConfigError when it is missing or malformed."""
+        users = read_users_file(self.path)
+        self.users, self.folded = users, fold_index(users)
+        logger.info("loaded %d users from %s", len(users), self.path)
+
+    async def start(self) -> None:
+        self.load()
+
+    async def get_user(self, name: str, *, case_insensitive: bool = False) -> User | None:
+        user = self.users.get(name)
+        if user is None and case_insensitive:
+            stored = self.folded.get(name.casefold())
+            user = self.users.get(stored) if stored is not None else None
+        return user
+
+    async def add_user(self, user: User, *, overwrite: bool = False) -> None:
+        with _locked(self.path):
+            try:
+                with open(self.path, "rb") as fh:
+                    document = json.load(fh)
+                mode = os.stat(self.path).st_mode & 0o777
+            except FileNotFoundError:
+                document, mode = {"users": []}, 0o600
+            except ValueError as exc:
+                raise ConfigError(f"users file {self.path}: malformed JSON: {exc}") from None
+            parse_users(document, self.path)  # refuse to build on a broken file
+            records = document["users"]
+            existing = [i for i, r in enumerate(records) if r["name"] == user.name]
+            if existing and not overwrite:
+                raise UserExists(user.name)
+            if existing:
+                records[existing[0]] = _user_record(user)
+            else:
+                records.append(_user_record(user))
+            data = json.dumps(document, indent=2, ensure_ascii=False).encode("utf-8") + b"\n"
+            write_atomically(self.path, data, mode)

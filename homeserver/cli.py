@@ -1,0 +1,140 @@
+"""Command line: serve (default), hash-password, add-user."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import re
+import sys
+from typing import Sequence
+
+from backends.base import User, UserExists
+from homeserver.config import Config, load_config
+from homeserver.errors import ConfigError, StoreUnavailable
+from homeserver.logs import setup_logging
+from homeserver.passwords import hash_password
+
+# Matrix localpart grammar for new accounts (appendices, "User Identifiers").
+NAME_RE = re.compile(r"[a-z0-9._=\-/+]+")
+
+
+class CommandError(Exception):
+    """A user mistake on the command line; printed as one line."""
+
+
+def read_password(prompt: str = "Password: ") -> str:
+    """One password: typed twice on a terminal, else the first line of standard input."""
+    if sys.stdin.isatty():
+        first = getpass.getpass(prompt)
+        if getpass.getpass("Again: ") != first:
+            raise CommandError("the passwords differ")
+        password = first
+    else:
+        password = sys.stdin.readline().removesuffix("\n").removesuffix("\r")
+    if not password:
+        raise CommandError("the password is empty")
+    return password
+
+
+def _config(args: argparse.Namespace) -> Config:
+    overrides = {"server": {"host": getattr(args, "host", None), "port": getattr(args, "port", None)}}
+    return load_config(args.config, overrides=overrides)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from homeserver.server import serve
+
+    config = _config(args)
+    setup_logging(config.get("logging", "level"))
+    asyncio.run(serve(config))
+    return 0
+
+
+def cmd_hash_password(args: argparse.Namespace) -> int:
+    rounds = args.rounds or load_config(args.config).get("auth", "bcrypt_rounds")
+    print(hash_password(read_password(), rounds))
+    return 0
+
+
+def cmd_add_user(args: argparse.Namespace) -> int:
+    from homeserver.app import create_backend
+
+    if not NAME_RE.fullmatch(args.name):
+        raise CommandError(f"invalid name {args.name!r}: use only a-z, 0-9 and . _ = - / +")
+    if not args.ident:
+        raise CommandError("--ident must not be empty")
+    config = load_config(args.config)
+    if len(f"@{args.name}:{config.get('server', 'server_name')}".encode()) > 255:
+        raise CommandError("the user ID would be longer than 255 bytes")
+    password = hash_password(read_password(), args.rounds or config.get("auth", "bcrypt_rounds"))
+    user = User(
+        name=args.name,
+        password=password,
+        ident=args.ident,
+        display_name=args.display_name,
+        avatar_url=args.avatar_url,
+    )
+
+    async def add() -> None:
+        backend = create_backend(config)
+        try:
+            await backend.add_user(user, overwrite=args.overwrite)
+        finally:
+            await backend.close()
+
+    try:
+        asyncio.run(add())
+    except UserExists:
+        raise CommandError(f"user {args.name!r} exists already (use --overwrite to replace it)") from None
+    except NotImplementedError as exc:
+        raise CommandError(f"{exc}; add users with your directory's own tools") from None
+    print(f"added @{args.name}:{config.get('server', 'server_name')}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="run.py", description="Matrix login-and-profile homeserver.")
+    parser.add_argument("--config", help="TOML config file (default: conf/homeserver.toml)")
+    parser.add_argument("--host", help="listen address (overrides server.host)")
+    parser.add_argument("--port", type=int, help="listen port (overrides server.port)")
+    parser.set_defaults(func=cmd_serve)
+    sub = parser.add_subparsers(title="commands", metavar="{serve,hash-password,add-user}")
+
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--config", default=argparse.SUPPRESS, help="TOML config file")
+        return p
+
+    serve = command("serve", "serve HTTP (the default)")
+    serve.add_argument("--host", default=argparse.SUPPRESS, help="listen address")
+    serve.add_argument("--port", type=int, default=argparse.SUPPRESS, help="listen port")
+    serve.set_defaults(func=cmd_serve)
+
+    hp = command("hash-password", "read a password on stdin, print the hex text of its bcrypt hash")
+    hp.add_argument("--rounds", type=int, choices=range(4, 32), metavar="4..31", help="bcrypt cost")
+    hp.set_defaults(func=cmd_hash_password)
+
+    au = command("add-user", "read a password on stdin and add the user to the configured backend")
+    au.add_argument("name", help="account name (the localpart of the user ID)")
+    au.add_argument("--ident", required=True, help="identifier text appended to the display name")
+    au.add_argument("--display-name", help="display name")
+    au.add_argument("--avatar-url", help="avatar URL (mxc://...)")
+    au.add_argument("--overwrite", action="store_true", help="replace an existing user of that name")
+    au.add_argument("--rounds", type=int, choices=range(4, 32), metavar="4..31", help="bcrypt cost")
+    au.set_defaults(func=cmd_add_user)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConfigError, CommandError) as exc:
+        print(f"homeserver: error: {exc}", file=sys.stderr)
+        return 1
+    except StoreUnavailable as exc:
+        print(f"homeserver: error: user store unavailable: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,266 @@
+"""TOML configuration with defaults, `HOMESERVER_<SECTION>__<KEY>` overrides and checks."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from homeserver.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+ENV_PREFIX = "HOMESERVER_"
+DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf", "homeserver.toml")
+
+
+@dataclass(frozen=True)
+class Field:
+    """One config key: its kind, its default and an optional check returning an error text."""
+
+    kind: str  # "str", "int", "float", "bool", "str_list", "str_or_list"
+    default: Any
+    check: Callable[[Any], str | None] | None = None
+
+
+def _range(lo: float, hi: float | None = None) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if value < lo or (hi is not None and value > hi):
+            return f"must be between {lo} and {hi}" if hi is not None else f"must be at least {lo}"
+        return None
+
+    return check
+
+
+def _one_of(*choices: str) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        return None if value in choices else f"must be one of {', '.join(choices)}"
+
+    return check
+
+
+def _non_empty(value: Any) -> str | None:
+    return None if value else "must not be empty"
+
+
+def _http_url(value: Any) -> str | None:
+    return None if value.startswith(("http://", "https://")) else "must start with http:// or https://"
+
+
+def _optional_http_url(value: Any) -> str | None:
+    return None if not value else _http_url(value)
+
+
+# Every known section and key. Backend sections list their keys here too, so a config
+# file that carries a section for another backend raises no unknown-key warnings.
+SCHEMA: dict[str, dict[str, Field]] = {
+    "server": {
+        "host": Field("str", "127.0.0.1", _non_empty),
+        "port": Field("int", 8008, _range(0, 65535)),
+        "base_url": Field("str", "http://localhost:8008", _http_url),
+        "server_name": Field("str", "localhost", _non_empty),
+        "identity_server_url": Field("str", "https://vector.im", _optional_http_url),
+        "processes": Field("int", 1, _range(1, 256)),
+        "max_body_size": Field("int", 65536, _range(1024)),
+    },
+    "support": {
+        "email_address": Field("str", "admin@localhost", _non_empty),
+        "matrix_id": Field("str", "@admin:localhost", _non_empty),
+        "role": Field("str", "m.role.admin", _non_empty),
+    },
+    "auth": {
+        "jwt_secret": Field("str", ""),
+        "secret_file": Field("str", "jwt.secret", _non_empty),
+        "token_lifetime": Field("int", 0, _range(0)),
+        "bcrypt_rounds": Field("int", 12, _range(4, 31)),
+    },
+    "backend": {
+        "type": Field("str", "file", _non_empty),
+    },
+    "backend.file": {
+        "path": Field("str", "users.json", _non_empty),
+    },
+    "backend.redis": {
+        "url": Field("str", "redis://127.0.0.1:6379/0", _non_empty),
+        "key_prefix": Field("str", "homeserver:user:"),
+    },
+    "logging": {
+        "level": Field("str", "INFO", _one_of("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),
+    },
+    "rate_limit": {
+        "enabled": Field("bool", True),
+    },
+}
+
+
+@dataclass
+class Config:
+    """Validated configuration: `config.section("server")["port"]`."""
+
+    sections: dict[str, dict[str, Any]]
+    path: str | None = None
+    config_dir: str = field(default_factory=os.getcwd)
+
+    def section(self, name: str) -> dict[str, Any]:
+        return self.sections[name]
+
+    def get(self, section: str, key: str) -> Any:
+        return self.sections[section][key]
+
+    def resolve_path(self, value: str) -> str:
+        """Return a path from the config, taken relative to the config file's folder."""
+        return value if os.path.isabs(value) else os.path.join(self.config_dir, value)
+
+
+def _type_error(where: str, kind: str, value: Any) -> ConfigError:
+    names = {
+        "str": "a string",
+        "int": "an integer",
+        "float": "a number",
+        "bool": "true or false",
+        "str_list": "a list of strings",
+        "str_or_list": "a string or a list of strings",
+    }
+    return ConfigError(f"{where}: expected {names[kind]}, got {value!r}")
+
+
+def _check_type(where: str, kind: str, value: Any) -> Any:
+    if kind == "str" and isinstance(value, str):
+        return value
+    if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if kind == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if kind == "bool" and isinstance(value, bool):
+        return value
+    if kind in ("str_list", "str_or_list") and isinstance(value, list):
+        if all(isinstance(item, str) for item in value):
+            return list(value)
+    if kind == "str_or_list" and isinstance(value, str):
+        return value
+    raise _type_error(where, kind, value)
+
+
+def _parse_env(where: str, kind: str, raw: str) -> Any:
+    """Turn an environment string into the key's kind."""
+    try:
+        if kind == "str":
+            return raw
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+        if kind == "bool":
+            lowered = raw.strip().lower()
+            if lowered in ("true", "1", "yes", "on"):
+                return True
+            if lowered in ("false", "0", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if kind == "str_or_list" and not raw.lstrip().startswith("["):
+            return raw
+        return tomllib.loads(f"v = {raw}")["v"]
+    except (ValueError, tomllib.TOMLDecodeError):
+        raise _type_error(where, kind, raw) from None
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, dict[str, Any]]:
+    """Split a parsed TOML document into {dotted section: {key: value}}."""
+    out: dict[str, dict[str, Any]] = {}
+    for key, value in data.items():
+        name = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, dict):
+            out.setdefault(name, {})
+            for sub, items in _flatten(value, name).items():
+                out.setdefault(sub, {}).update(items)
+        else:
+            out.setdefault(prefix, {})[key] = value
+    return out
+
+
+def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX) or "__" not in name:
+            continue
+        parts = name[len(ENV_PREFIX):].lower().split("__")
+        if len(parts) < 2 or not all(parts):
+            logger.warning("ignoring environment variable %s: expected HOMESERVER_<SECTION>__<KEY>", name)
+            continue
+        out.setdefault(".".join(parts[:-1]), {})[parts[-1]] = raw
+    return out
+
+
+def load_config(
+    path: str | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Config:
+    """Read the TOML file (the default when `path` is None), then env, then `overrides`."""
+    path = os.path.abspath(path or DEFAULT_CONFIG)
+    try:
+        with open(path, "rb") as fh:
+            document = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path}: not found") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: cannot be read ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path}: malformed TOML: {exc}") from None
+    return build_config(
+        document,
+        path=path,
+        environ=os.environ if environ is None else environ,
+        overrides=overrides,
+    )
+
+
+def build_config(
+    document: Mapping[str, Any],
+    *,
+    path: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Config:
+    """Validate a parsed document (plus env and overrides) against the schema."""
+    given = _flatten(document)
+    sections: dict[str, dict[str, Any]] = {
+        name: {key: f.default for key, f in fields.items()} for name, fields in SCHEMA.items()
+    }
+
+    def apply(section: str, key: str, value: Any, *, from_env: bool) -> None:
+        where = f"{section}.{key}" if section else key
+        fields = SCHEMA.get(section)
+        if fields is None or key not in fields:
+            logger.warning("unknown config key %s (ignored)", where)
+            return
+        spec = fields[key]
+        if from_env:
+            value = _parse_env(where, spec.kind, value)
+        value = _check_type(where, spec.kind, value)
+        if spec.check is not None:
+            problem = spec.check(value)
+            if problem:
+                raise ConfigError(f"{where}: {problem} (got {value!r})")
+        sections[section][key] = value
+
+    for section, items in given.items():
+        for key, value in items.items():
+            apply(section, key, value, from_env=False)
+    for section, items in _env_overrides(environ or {}).items():
+        for key, raw in items.items():
+            apply(section, key, raw, from_env=True)
+    for section, items in (overrides or {}).items():
+        for key, value in items.items():
+            if value is not None:
+                apply(section, key, value, from_env=False)
+
+    secret = sections["auth"]["jwt_secret"]
+    if secret and len(secret.encode("utf-8")) < 32:
+        raise ConfigError("auth.jwt_secret: must be at least 32 bytes (leave it empty to generate one)")
+
+    config_dir = os.path.dirname(path) if path else os.getcwd()
+    return Config(sections=sections, path=path, config_dir=config_dir)

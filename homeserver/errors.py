@@ -1,0 +1,66 @@
+"""Matrix errors raised anywhere and turned into JSON bodies by the base handler."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class MatrixError(Exception):
+    """An error with an HTTP status, a Matrix errcode and a human-readable message."""
+
+    def __init__(
+        self,
+        status: int,
+        errcode: str,
+        message: str,
+        *,
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
+        super().__init__(f"{status} {errcode}: {message}")
+        self.status = status
+        self.errcode = errcode
+        self.message = message
+        self.headers = headers or {}
+        self.extra = extra
+
+    def body(self) -> dict[str, Any]:
+        """Return the Matrix error body: errcode and error always, then any extra keys."""
+        return {"errcode": self.errcode, "error": self.message, **self.extra}
+
+
+class StoreUnavailable(Exception):
+    """The user store cannot be reached or timed out; answered with 503 and Retry-After."""
+
+    def __init__(self, message: str = "User store unavailable", retry_after: int = 5) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class StoreDataError(Exception):
+    """A record in the user store is malformed; an operator error answered with 500."""
+
+
+class ConfigError(Exception):
+    """A start-up configuration problem, reported as one line naming the key."""
+
+
+def missing_param(name: str) -> MatrixError:
+    return MatrixError(400, "M_MISSING_PARAM", f"Missing parameter: {name}")
+
+
+def invalid_param(name: str, expected: str) -> MatrixError:
+    return MatrixError(400, "M_INVALID_PARAM", f"Parameter {name} must be {expected}")
+
+
+def unknown_token(message: str = "Unrecognised access token.") -> MatrixError:
+    return MatrixError(401, "M_UNKNOWN_TOKEN", message, soft_logout=False)
+
+
+def store_unavailable(exc: StoreUnavailable) -> MatrixError:
+    return MatrixError(
+        503,
+        "M_UNKNOWN",
+        "The user store is temporarily unavailable, try again later",
+        headers={"Retry-After": str(exc.retry_after)},
+    )

@@ -1,0 +1,1 @@
+"""HTTP handlers, one module per area, each ending with its ROUTES list."""

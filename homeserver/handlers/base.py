@@ -1,0 +1,193 @@
+"""The base handler: CORS, exact JSON responses, Matrix errors, JSON bodies and access tokens."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tornado import httputil
+from tornado.web import HTTPError, RequestHandler
+
+from backends.base import User
+from homeserver.errors import (
+    MatrixError,
+    StoreDataError,
+    StoreUnavailable,
+    store_unavailable,
+    unknown_token,
+)
+from homeserver.tokens import TokenError
+
+if TYPE_CHECKING:
+    from homeserver.app import HomeServer
+
+logger = logging.getLogger(__name__)
+
+CORS_HEADERS = (
+    ("Access-Control-Allow-Origin", "*"),
+    ("Access-Control-Allow-Methods", "GET, POST, PUT, DELETE, OPTIONS"),
+    ("Access-Control-Allow-Headers", "X-Requested-With, Content-Type, Authorization"),
+)
+JSON_TYPE = "application/json"
+
+
+def encode_json(value: Any) -> bytes:
+    """Serialise compactly as UTF-8; the Content-Type is set once, exactly, by the handler."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def decode_json_object(body: bytes) -> dict[str, Any]:
+    """Parse a request body as a JSON object; M_NOT_JSON / M_BAD_JSON otherwise."""
+    try:
+        value = json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise MatrixError(400, "M_NOT_JSON", "Content not JSON.") from None
+    if not isinstance(value, dict):
+        raise MatrixError(400, "M_BAD_JSON", "Content must be a JSON object.")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Requester:
+    """The authenticated user of a request, from a verified access token."""
+
+    user: User
+    user_id: str
+    device_id: str
+
+
+class BaseHandler(RequestHandler):
+    """Every handler's base: no HTML, no charset suffix, CORS everywhere, OPTIONS answered."""
+
+    requester: Requester | None = None
+
+    @property
+    def hs(self) -> "HomeServer":
+        return self.application.settings["homeserver"]
+
+    def set_default_headers(self) -> None:
+        headers = self._headers
+        for name, value in CORS_HEADERS:
+            headers[name] = value
+        headers["Content-Type"] = JSON_TYPE
+
+    def compute_etag(self) -> None:
+        # Matrix clients do not revalidate these documents; hashing every body is waste.
+        return None
+
+    def options(self, *args: Any, **kwargs: Any) -> None:
+        """Pre-flight: CORS headers only, no endpoint logic, no auth."""
+        self.set_status(204)
+        self.finish()
+
+    def write_json(self, value: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.finish(encode_json(value))
+
+    def decode_argument(self, value: bytes, name: str | None = None) -> str:
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise MatrixError(400, "M_INVALID_PARAM", f"Invalid UTF-8 in {name or 'the path'}") from None
+
+    # -- errors ---------------------------------------------------------------------
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        error = self._as_matrix_error(status_code, exc)
+        for name, value in error.headers.items():
+            self.set_header(name, value)
+        self.set_status(error.status)
+        self.finish(encode_json(error.body()))
+
+    @staticmethod
+    def _as_matrix_error(status_code: int, exc: BaseException | None) -> MatrixError:
+        if isinstance(exc, MatrixError):
+            return exc
+        if isinstance(exc, StoreUnavailable):
+            return store_unavailable(exc)
+        if isinstance(exc, HTTPError) or exc is None:
+            if status_code in (404, 405):
+                return MatrixError(status_code, "M_UNRECOGNIZED", "Unrecognized request")
+            if status_code == 413:
+                return MatrixError(413, "M_TOO_LARGE", "Request body too large")
+            if 400 <= status_code < 500:
+                reason = httputil.responses.get(status_code, "Bad request")
+                return MatrixError(status_code, "M_UNKNOWN", reason)
+        return MatrixError(500, "M_UNKNOWN", "Internal server error")
+
+    def log_exception(self, typ: Any, value: BaseException | None, tb: Any) -> None:
+        if isinstance(value, MatrixError):
+            if value.status >= 500:
+                logger.error("%s %s: %s", self.request.method, self.request.path, value)
+            return
+        if isinstance(value, StoreUnavailable):
+            logger.warning("user store unavailable: %s", value)
+            return
+        if isinstance(value, StoreDataError):
+            logger.error("operator error in the user store: %s", value)
+            return
+        if isinstance(value, HTTPError):
+            return
+        super().log_exception(typ, value, tb)
+
+    # -- request bodies and tokens ----------------------------------------------------
+
+    def json_body(self) -> dict[str, Any]:
+        return decode_json_object(self.request.body)
+
+    def access_token(self) -> str:
+        """Take the token from `Authorization: Bearer` or the `access_token` query parameter."""
+        headers = self.request.headers.get_list("Authorization")
+        query = self.request.query_arguments.get("access_token")
+        if len(headers) > 1:
+            raise MatrixError(401, "M_MISSING_TOKEN", "Too many Authorization headers.")
+        if headers:
+            if query:
+                raise MatrixError(
+                    401, "M_MISSING_TOKEN", "Mixing Authorization headers and access_token query parameters."
+                )
+            scheme, _, token = headers[0].strip().partition(" ")
+            token = token.strip()
+            if scheme.lower() != "bearer" or not token:
+                raise MatrixError(401, "M_MISSING_TOKEN", "Invalid Authorization header.")
+            return token
+        if query:
+            if len(query) > 1:
+                raise MatrixError(401, "M_MISSING_TOKEN", "Too many access_token query parameters.")
+            try:
+                return query[0].decode("utf-8")
+            except UnicodeDecodeError:
+                raise unknown_token() from None
+        raise MatrixError(401, "M_MISSING_TOKEN", "Missing access token.")
+
+    async def authenticate(self) -> Requester:
+        """Verify the access token and that its user still exists; sets `self.requester`."""
+        token = self.access_token()
+        try:
+            claims = self.hs.tokens.verify(token)
+        except TokenError:
+            raise unknown_token() from None
+        user = await self.hs.backend.get_user(claims.name)
+        if user is None:
+            raise unknown_token()
+        self.requester = Requester(
+            user=user, user_id=f"@{user.name}:{self.hs.server_name}", device_id=claims.device_id
+        )
+        return self.requester
+
+
+class NotFoundHandler(BaseHandler):
+    """Every unknown path, any method: 404 M_UNRECOGNIZED (OPTIONS still answers 204)."""
+
+    SUPPORTED_METHODS = ("GET", "HEAD", "POST", "DELETE", "PATCH", "PUT", "OPTIONS")
+
+    def prepare(self) -> None:
+        if self.request.method != "OPTIONS":
+            raise MatrixError(404, "M_UNRECOGNIZED", "Unrecognized request")

@@ -1,0 +1,130 @@
+"""The password login: request checks, then the specification's rules 1-6 in their order."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from backends.base import User, UserBackend
+from homeserver.errors import MatrixError, invalid_param, missing_param
+from homeserver.passwords import HashDecodeError, PasswordChecker, decode_stored
+from homeserver.tokens import TokenIssuer
+
+logger = logging.getLogger(__name__)
+
+LOGIN_TYPE = "m.login.password"
+DEFAULT_DEVICE_ID = "DUMMY"
+MAX_DEVICE_ID = 512
+
+
+@dataclass(frozen=True, slots=True)
+class LoginRequest:
+    user: str
+    password: str
+    device_id: str
+
+
+def _string(body: dict[str, Any], key: str, where: str | None = None) -> str | None:
+    value = body.get(key)
+    if value is not None and not isinstance(value, str):
+        raise invalid_param(where or key, "a string")
+    return value
+
+
+def parse_login(body: dict[str, Any], server_name: str) -> LoginRequest:
+    """Check the login body's shape; a 400 Matrix error for anything malformed."""
+    login_type = _string(body, "type")
+    if login_type is not None and login_type != LOGIN_TYPE:
+        raise MatrixError(400, "M_UNKNOWN", "Bad login type.")
+
+    identifier = body.get("identifier")
+    if identifier is not None:
+        if not isinstance(identifier, dict):
+            raise invalid_param("identifier", "an object")
+        id_type = _string(identifier, "type", "identifier.type")
+        if id_type is not None and id_type != "m.id.user":
+            raise MatrixError(400, "M_UNKNOWN", f"Unknown identifier type {id_type!r}; only m.id.user is supported.")
+        user = _string(identifier, "user", "identifier.user")
+        if user is None:
+            raise missing_param("identifier.user")
+    else:
+        # Deprecated top-level form, still part of v1.12.
+        user = _string(body, "user")
+        if user is None:
+            if "medium" in body or "address" in body:
+                raise MatrixError(400, "M_UNKNOWN", "Login with third-party identifiers is not supported.")
+            raise missing_param("identifier")
+
+    password = _string(body, "password")
+    if password is None:
+        raise missing_param("password")
+
+    device_id = _string(body, "device_id")
+    if device_id is not None and not 0 < len(device_id) <= MAX_DEVICE_ID:
+        raise invalid_param("device_id", f"a string of 1 to {MAX_DEVICE_ID} characters")
+
+    # A full user ID of this server is reduced to its name; any other text is a name.
+    if user.startswith("@") and ":" in user:
+        localpart, _, domain = user[1:].partition(":")
+        if domain == server_name:
+            user = localpart
+    return LoginRequest(user=user, password=password, device_id=device_id or DEFAULT_DEVICE_ID)
+
+
+def _make_token(tokens: TokenIssuer, name: str, device_id: str) -> str:
+    try:
+        return tokens.issue(name, device_id)
+    except Exception:
+        logger.exception("access token generation failed")
+        raise MatrixError(403, "M_UNKNOWN", "Access Token generation failed") from None
+
+
+def _decoding_failed(user: User, why: str) -> MatrixError:
+    logger.error("operator error: stored password of user %r cannot be used: %s", user.name, why)
+    return MatrixError(500, "M_UNKNOWN", "Password hash decoding failed")
+
+
+async def login(
+    request: LoginRequest,
+    *,
+    backend: UserBackend,
+    tokens: TokenIssuer,
+    checker: PasswordChecker,
+    server_name: str,
+) -> dict[str, str]:
+    """Apply rules 1-6; return the login response or raise the rule's MatrixError."""
+    # Rules 1-2: the token is built first, from the name as given.
+    token = _make_token(tokens, request.user, request.device_id)
+
+    # Rule 3: exact name first, then a case-insensitive match (Complement logs in upper case).
+    user = await backend.get_user(request.user, case_insensitive=True)
+    if user is None:
+        raise MatrixError(403, "M_FORBIDDEN", "Invalid username")
+    if user.name != request.user:
+        token = _make_token(tokens, user.name, request.device_id)
+
+    verdict = await backend.verify_password(user, request.password)
+    if verdict is None:
+        # Rule 4: the stored text is the hex form of the bcrypt hash.
+        if user.password is None:
+            raise _decoding_failed(user, "no password stored")
+        try:
+            hashed = decode_stored(user.password)
+        except HashDecodeError as exc:
+            raise _decoding_failed(user, str(exc)) from None
+        # Rule 5: bcrypt, on the password pool, never on the event loop.
+        try:
+            verdict = await checker.check(request.password, hashed)
+        except HashDecodeError as exc:
+            raise _decoding_failed(user, str(exc)) from None
+    if not verdict:
+        raise MatrixError(403, "M_FORBIDDEN", "Invalid username or password")
+
+    # Rule 6.
+    return {
+        "user_id": f"@{user.name}:{server_name}",
+        "access_token": token,
+        "home_server": server_name,
+        "device_id": request.device_id,
+    }

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Install, from Debian's packages, the servers the Redis and LDAP tests start privately
+# (redis-server; slapd and ldap-utils), when they are missing. Needs root (or sudo).
+set -euo pipefail
+need=()
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v slapd >/dev/null 2>&1 || [ -x /usr/sbin/slapd ] || need+=(slapd)
+command -v ldapwhoami >/dev/null 2>&1 || need+=(ldap-utils)
+if [ ${#need[@]} -eq 0 ]; then
+    exit 0
+fi
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo=sudo
+# Keep Debian's packaging from starting a system-wide slapd on port 389.
+$sudo mkdir -p /etc/ldap && $sudo touch /etc/ldap/noslapd
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -q --no-install-recommends "${need[@]}"
