@@ -1,0 +1,127 @@
+"""Factory fixtures: users, config, backend, app, fetch and login.
+
+Tests change the set-up by overriding the small fixtures: `user_records` (what the users
+file holds), `config_overrides` ({section: {key: value}}), or `backend` itself.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Awaitable, Callable
+
+import pytest
+
+from homeserver.app import build_homeserver, create_backend, make_app
+from homeserver.config import Config, build_config
+from tests.helpers import DEFAULT_USERS, JWT_SECRET, Response, assert_json
+
+Fetch = Callable[..., Awaitable[Response]]
+
+
+@pytest.fixture
+def user_records() -> list[dict[str, Any]]:
+    return [dict(r) for r in DEFAULT_USERS]
+
+
+@pytest.fixture
+def users_path(tmp_path, user_records) -> str:
+    path = tmp_path / "users.json"
+    path.write_text(json.dumps({"users": user_records}))
+    return str(path)
+
+
+@pytest.fixture
+def config_overrides() -> dict[str, dict[str, Any]]:
+    return {}
+
+
+@pytest.fixture
+def make_config(tmp_path, users_path) -> Callable[..., Config]:
+    """Build a Config as if from tmp_path/homeserver.toml, with no environment."""
+
+    def make(overrides: dict[str, dict[str, Any]] | None = None, environ: dict[str, str] | None = None) -> Config:
+        document: dict[str, Any] = {
+            "auth": {"jwt_secret": JWT_SECRET},
+            "backend": {"type": "file", "file": {"path": users_path}},
+        }
+        for section, values in (overrides or {}).items():
+            target = document
+            for part in section.split("."):
+                target = target.setdefault(part, {})
+            target.update(values)
+        return build_config(document, path=str(tmp_path / "homeserver.toml"), environ=environ or {})
+
+    return make
+
+
+@pytest.fixture
+def config(make_config, config_overrides) -> Config:
+    return make_config(config_overrides)
+
+
+@pytest.fixture
+def backend(config, io_loop):
+    backend = create_backend(config)
+    io_loop.run_sync(backend.start)
+    yield backend
+    io_loop.run_sync(backend.close)
+
+
+@pytest.fixture
+def hs(config, backend):
+    hs = build_homeserver(config, backend)
+    yield hs
+    hs.checker.close()
+
+
+@pytest.fixture
+def app(hs):
+    return make_app(hs)
+
+
+@pytest.fixture
+def fetch(http_server_client) -> Fetch:
+    """fetch(path, method="GET", json=..., body=..., token=..., headers=...) -> Response."""
+
+    async def do(
+        path: str,
+        method: str = "GET",
+        *,
+        json_body: Any = None,
+        body: bytes | str | None = None,
+        token: str | None = None,
+        headers: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> Response:
+        headers = dict(headers or {})
+        if json_body is not None:
+            body = json.dumps(json_body)
+            headers.setdefault("Content-Type", "application/json")
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        if body is None and method in ("POST", "PUT", "PATCH"):
+            body = b""
+        resp = await http_server_client.fetch(
+            path,
+            method=method,
+            body=body,
+            headers=headers,
+            raise_error=False,
+            allow_nonstandard_methods=True,
+            **kwargs,
+        )
+        return Response(resp.code, resp.headers, resp.body or b"")
+
+    return do
+
+
+@pytest.fixture
+def login(fetch) -> Callable[..., Awaitable[dict[str, Any]]]:
+    """login(user, password, **extra) -> the 200 login response body."""
+
+    async def do(user: str = "alice", password: str = "wonderland", **extra: Any) -> dict[str, Any]:
+        body = {"type": "m.login.password", "identifier": {"type": "m.id.user", "user": user}, "password": password}
+        body.update(extra)
+        return assert_json(await fetch("/_matrix/client/v3/login", "POST", json_body=body))
+
+    return do
