@@ -106,7 +106,9 @@ def build_homeserver(config: Config, backend: UserBackend | None = None) -> Home
         config=config,
         backend=backend if backend is not None else create_backend(config),
         tokens=TokenIssuer(load_secret(config), config.get("auth", "token_lifetime")),
-        checker=PasswordChecker(),
+        checker=PasswordChecker(
+            config.get("auth", "bcrypt_workers"), config.get("auth", "max_pending_logins")
+        ),
         documents=Documents.from_config(config),
     )
 

@@ -75,6 +75,10 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "secret_file": Field("str", "jwt.secret", _non_empty),
         "token_lifetime": Field("int", 0, _range(0)),
         "bcrypt_rounds": Field("int", 12, _range(4, 31)),
+        # Threads checking passwords; 0 means one per CPU core.
+        "bcrypt_workers": Field("int", 0, _range(0, 256)),
+        # Password checks running or waiting at once; more logins get 429 at once.
+        "max_pending_logins": Field("int", 64, _range(1)),
     },
     "backend": {
         "type": Field("str", "file", _non_empty),

@@ -8,7 +8,7 @@ from typing import Any
 
 from backends.base import User, UserBackend
 from homeserver.errors import MatrixError, invalid_param, missing_param
-from homeserver.passwords import HashDecodeError, PasswordChecker, decode_stored
+from homeserver.passwords import HashDecodeError, Overloaded, PasswordChecker, decode_stored
 from homeserver.tokens import TokenIssuer
 
 logger = logging.getLogger(__name__)
@@ -118,6 +118,14 @@ async def login(
             verdict = await checker.check(request.password, hashed)
         except HashDecodeError as exc:
             raise _decoding_failed(user, str(exc)) from None
+        except Overloaded:
+            raise MatrixError(
+                429,
+                "M_LIMIT_EXCEEDED",
+                "Too many logins in progress, try again shortly",
+                headers={"Retry-After": "1"},
+                retry_after_ms=1000,
+            ) from None
     if not verdict:
         raise MatrixError(403, "M_FORBIDDEN", "Invalid username or password")
 
