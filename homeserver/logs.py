@@ -34,14 +34,18 @@ def log_request(handler: Any) -> None:
     if not access_log.isEnabledFor(level):
         return
     request = handler.request
-    access_log.log(
-        level,
-        "%d %s %s %s %.2fms",
-        status,
-        request.method,
-        scrub_uri(request.uri),
-        request.remote_ip,
-        1000.0 * request.request_time(),
+    # makeRecord + handle is what Logger.log does, minus findCaller's stack walk (a third
+    # of the cost of a line); the access format never shows the caller.
+    access_log.handle(
+        access_log.makeRecord(
+            access_log.name,
+            level,
+            "(access log)",
+            0,
+            "%d %s %s %s %.2fms",
+            (status, request.method, scrub_uri(request.uri), request.remote_ip, 1000.0 * request.request_time()),
+            None,
+        )
     )
 
 
