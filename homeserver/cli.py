@@ -43,11 +43,11 @@ def _config(args: argparse.Namespace) -> Config:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from homeserver.server import serve
+    from homeserver.server import run_event_loop, serve
 
     config = _config(args)
     setup_logging(config.get("logging", "level"))
-    asyncio.run(serve(config))
+    run_event_loop(serve(config), config.get("server", "event_loop"))
     return 0
 
 

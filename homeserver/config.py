@@ -64,6 +64,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "identity_server_url": Field("str", "https://vector.im", _optional_http_url),
         "processes": Field("int", 1, _range(1, 256)),
         "max_body_size": Field("int", 65536, _range(1024)),
+        # "auto": uvloop when it is installed (about 10 % more requests per core), else asyncio.
+        "event_loop": Field("str", "auto", _one_of("auto", "asyncio", "uvloop")),
     },
     "support": {
         "email_address": Field("str", "admin@localhost", _non_empty),

@@ -5,13 +5,34 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from typing import Any, Coroutine
 
 from tornado.httpserver import HTTPServer
 
 from homeserver.app import build_homeserver, make_app
 from homeserver.config import Config
+from homeserver.errors import ConfigError
 
 logger = logging.getLogger(__name__)
+
+
+def run_event_loop(main: Coroutine[Any, Any, None], choice: str = "auto") -> None:
+    """Run `main` on uvloop when chosen or (for "auto") installed, else on asyncio's loop.
+
+    uvloop serves about 10 % more requests per core here (docs/performance.md).
+    """
+    if choice != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if choice == "uvloop":
+                main.close()
+                raise ConfigError("server.event_loop: uvloop is not installed (pip install uvloop)") from None
+        else:
+            logger.info("event loop: uvloop %s", uvloop.__version__)
+            uvloop.run(main)
+            return
+    asyncio.run(main)
 
 
 async def serve(config: Config) -> None:
