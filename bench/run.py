@@ -409,6 +409,18 @@ def bench(args: argparse.Namespace, procs: Processes, tmp: Path) -> dict[str, An
     best = {name: statistics.mean(r["rps"] for r in runs[name]) for name in ("versions", "profile", "capabilities")}
     errors = sum(r["non_2xx"] + r["socket_errors"] for name in best for r in runs[name])
 
+    if args.throughput_only:
+        procs.stop(hs)
+        targets += [
+            Target("/versions / bare Tornado floor", best["versions"] / floor, 0.9, "x"),
+            Target("profile / bare Tornado floor", best["profile"] / floor, 0.8, "x"),
+            Target("capabilities / bare Tornado floor", best["capabilities"] / floor, 0.7, "x"),
+        ]
+        results["floor_rps"] = floor
+        results["targets"] = [asdict(t) for t in targets]
+        results["load_average_at_end"] = load_average()
+        return results | {"_targets": targets}
+
     # Logins: enough connections to keep every bcrypt thread busy, few enough to stay
     # far below max_pending_logins and wrk's timeout.
     login_conns = args.login_connections or 2 * cores
@@ -579,6 +591,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--target-url", help="also drive another homeserver on this machine (e.g. Synapse) side by side")
     p.add_argument("--target-user", help="a user ID whose profile exists on --target-url")
     p.add_argument("--target-token", help="an access token valid on --target-url, for capabilities")
+    p.add_argument("--throughput-only", action="store_true", help="only the floor, /versions, profile, capabilities")
     p.add_argument("--output", help="result file (default bench/results/bench-<time>.json)")
     return p.parse_args()
 
