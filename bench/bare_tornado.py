@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 
 import tornado.web
 
@@ -31,4 +32,11 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    # --uvloop: the same floor on uvloop, for context (the targets use plain asyncio).
+    if "--uvloop" in sys.argv:
+        import uvloop
+
+        sys.argv.remove("--uvloop")
+        uvloop.run(main())
+    else:
+        asyncio.run(main())
