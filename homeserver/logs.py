@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import logging
+from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
@@ -23,7 +25,11 @@ def scrub_uri(uri: str) -> str:
 
 
 def log_request(handler: Any) -> None:
-    """One line per finished request: status, method, path, client, duration."""
+    """One line per finished request: status, method, path (secrets redacted), client, duration.
+
+    The same values ride along as the record's `http` attribute for the JSON format.
+    Headers and bodies are never logged, so neither are tokens nor passwords.
+    """
     status = handler.get_status()
     if status < 400:
         level = logging.INFO
@@ -34,19 +40,50 @@ def log_request(handler: Any) -> None:
     if not access_log.isEnabledFor(level):
         return
     request = handler.request
+    path = scrub_uri(request.uri or "")
+    client = getattr(handler, "client_ip", None) or request.remote_ip
+    duration = round(1000.0 * request.request_time(), 2)
     access_log.log(
         level,
         "%d %s %s %s %.2fms",
         status,
         request.method,
-        scrub_uri(request.uri),
-        request.remote_ip,
-        1000.0 * request.request_time(),
+        path,
+        client,
+        duration,
+        extra={
+            "http": {"method": request.method, "path": path, "status": status, "duration_ms": duration, "client": client}
+        },
     )
 
 
-def setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level, logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, and an access line's fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        fields = getattr(record, "http", None)
+        if isinstance(fields, dict):
+            entry.update(fields)
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+def setup_logging(level: str, fmt: str = "text") -> None:
+    """Log to stderr at `level`, as text lines or one JSON object per line."""
+    handler = logging.StreamHandler()
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(getattr(logging, level, logging.INFO))

@@ -18,6 +18,7 @@ from homeserver.errors import (
     store_unavailable,
     unknown_token,
 )
+from homeserver.logs import scrub_uri
 from homeserver.tokens import TokenError
 
 if TYPE_CHECKING:
@@ -66,10 +67,36 @@ class BaseHandler(RequestHandler):
     """Every handler's base: no HTML, no charset suffix, CORS everywhere, OPTIONS answered."""
 
     requester: Requester | None = None
+    _client_ip: str | None = None
+
+    def initialize(self) -> None:
+        # Track the request so a graceful shutdown waits for it (see homeserver.drain).
+        inflight = self.settings.get("inflight")
+        if inflight is not None:
+            inflight.add(self)
+            if inflight.draining:
+                self._headers["Connection"] = "close"
+
+    def on_finish(self) -> None:
+        inflight = self.settings.get("inflight")
+        if inflight is not None:
+            inflight.discard(self)
+
+    def on_connection_close(self) -> None:
+        super().on_connection_close()  # it fails a streamed body's pending read
+        self.on_finish()
 
     @property
     def hs(self) -> "HomeServer":
         return self.application.settings["homeserver"]
+
+    @property
+    def client_ip(self) -> str:
+        """The client's address: the peer, or X-Forwarded-For from a trusted proxy."""
+        if self._client_ip is None:
+            resolve = self.settings.get("client_address")
+            self._client_ip = resolve(self.request) if resolve is not None else (self.request.remote_ip or "")
+        return self._client_ip
 
     def set_default_headers(self) -> None:
         headers = self._headers
@@ -135,7 +162,10 @@ class BaseHandler(RequestHandler):
             return
         if isinstance(value, HTTPError):
             return
-        super().log_exception(typ, value, tb)
+        # Not Tornado's default: its summary shows the URI with any ?access_token= in it.
+        logger.error(
+            "uncaught exception in %s %s", self.request.method, scrub_uri(self.request.uri or ""), exc_info=(typ, value, tb)
+        )
 
     # -- request bodies and tokens ----------------------------------------------------
 
