@@ -1,0 +1,207 @@
+"""The real server process: graceful shutdown, N workers, SIGHUP reload, slow clients."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from backends.file import write_atomically
+from tests.helpers import DEFAULT_USERS, JWT_SECRET, hex_hash, record
+
+ROOT = Path(__file__).resolve().parent.parent
+# bcrypt at cost 13 takes a good fraction of a second: a login that is surely in flight
+# when the signal arrives a moment after it was sent.
+SLOW = {**record("slow"), "password": hex_hash("slowpoke", rounds=13)}
+
+
+class ServerProcess:
+    """`python run.py --config ...` on a port of its own choosing, read from its log."""
+
+    def __init__(self, tmp_path: Path, processes: int = 1, **server: object) -> None:
+        self.users = tmp_path / "users.json"
+        self.users.write_text(json.dumps({"users": DEFAULT_USERS + [SLOW]}))
+        lines = [
+            "[server]",
+            'host = "127.0.0.1"',
+            "port = 0",
+            f"processes = {processes}",
+            *(f"{key} = {json.dumps(value)}" for key, value in server.items()),
+            "[auth]",
+            f'jwt_secret = "{JWT_SECRET}"',
+            "[backend.file]",
+            'path = "users.json"',
+            "reload_interval = 0",
+            "[rate_limit]",
+            "enabled = false",
+        ]
+        config = tmp_path / "homeserver.toml"
+        config.write_text("\n".join(lines) + "\n")
+        self.log = tmp_path / "server.log"
+        self.log_file = open(self.log, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "run.py"), "--config", str(config)],
+            cwd=ROOT,
+            stdout=self.log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        self.port = self._wait_for_port()
+
+    def _wait_for_port(self, timeout: float = 20.0) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.log.read_text(errors="replace")
+            for line in text.splitlines():
+                if "listening on 127.0.0.1:" in line:
+                    return int(line.split("listening on 127.0.0.1:")[1].split()[0])
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"server did not start:\n{self.log.read_text(errors='replace')}")
+
+    def request(self, path: str, body: dict | None = None, timeout: float = 20.0) -> tuple[int, dict]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    def wait_log(self, text: str, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.log.read_text(errors="replace"):
+            assert time.monotonic() < deadline, f"{text!r} not logged:\n{self.log.read_text(errors='replace')}"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.log_file.close()
+
+
+@pytest.fixture
+def start(tmp_path):
+    servers: list[ServerProcess] = []
+
+    def do(processes: int = 1, **server: object) -> ServerProcess:
+        servers.append(ServerProcess(tmp_path, processes, **server))
+        return servers[-1]
+
+    yield do
+    for server in servers:
+        server.stop()
+
+
+SLOW_LOGIN = {"type": "m.login.password", "identifier": {"type": "m.id.user", "user": "slow"}, "password": "slowpoke"}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_in_flight_request_completes_then_exit_0(start, sig):
+    server = start()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        login = pool.submit(server.request, "/_matrix/client/v3/login", SLOW_LOGIN)
+        time.sleep(0.25)  # the login is now inside bcrypt
+        server.proc.send_signal(sig)
+        status, body = login.result(timeout=30)
+    assert status == 200, body
+    assert body["user_id"] == "@slow:localhost"
+    assert server.proc.wait(timeout=20) == 0
+    log = server.log.read_text()
+    assert "shutting down: 1 requests in flight" in log
+    assert "stopped" in log
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", server.port), timeout=2).close()
+
+
+def test_drain_timeout_cuts_off_slow_requests(start):
+    server = start(drain_timeout=0.0)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        login = pool.submit(server.request, "/_matrix/client/v3/login", SLOW_LOGIN)
+        time.sleep(0.25)
+        server.proc.send_signal(signal.SIGTERM)
+        with pytest.raises(OSError):
+            login.result(timeout=30)  # the connection was closed under it
+    assert server.proc.wait(timeout=20) == 0
+    assert "requests still running" in server.log.read_text()
+
+
+def test_two_workers_share_the_socket_and_stop_gracefully(start):
+    server = start(processes=2)
+    pids = set()
+    deadline = time.monotonic() + 20
+    while len(pids) < 2 and time.monotonic() < deadline:
+        # Fresh connections, several at once: the kernel hands them to whichever worker
+        # is waiting, so both are seen soon.
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            for status, body in pool.map(lambda _: server.request("/health"), range(16)):
+                assert status == 200
+                pids.add(body["pid"])
+    assert len(pids) == 2, pids
+    assert server.proc.pid not in pids
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        login = pool.submit(server.request, "/_matrix/client/v3/login", SLOW_LOGIN)
+        time.sleep(0.25)
+        server.proc.send_signal(signal.SIGTERM)
+        status, body = login.result(timeout=30)
+    assert status == 200, body
+    assert server.proc.wait(timeout=20) == 0
+    for pid in pids:  # no orphans left behind
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_crashed_worker_is_replaced(start):
+    server = start(processes=2)
+    server.wait_log("worker 1 (pid")
+    _, body = server.request("/health")
+    os.kill(body["pid"], signal.SIGKILL)
+    server.wait_log("restarting it")
+    server.wait_log("started worker", timeout=10)
+    for _ in range(10):
+        assert server.request("/health")[0] == 200
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(timeout=20) == 0
+
+
+def test_sighup_reloads_the_users_file(start):
+    server = start()
+    assert server.request("/_matrix/client/v3/profile/@zoe:localhost")[0] == 404
+    write_atomically(str(server.users), json.dumps({"users": [record("zoe", ident="-zoe")]}).encode())
+    server.proc.send_signal(signal.SIGHUP)
+    server.wait_log("reloaded users file")
+    assert server.request("/_matrix/client/v3/profile/@zoe:localhost") == (200, {"displayname": "-zoe"})
+    assert server.request("/_matrix/client/v3/profile/@alice:localhost")[0] == 404
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(timeout=20) == 0
+
+
+def test_slow_and_idle_connections_are_dropped(start):
+    server = start(idle_timeout=0.5, body_timeout=0.5)
+    idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(50)]
+    slow_headers = socket.create_connection(("127.0.0.1", server.port))
+    slow_headers.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # never finished
+    slow_body = socket.create_connection(("127.0.0.1", server.port))
+    slow_body.sendall(b"POST /_matrix/client/v3/login HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+    # The server still answers others meanwhile.
+    assert server.request("/health")[0] == 200
+    for sock in idle + [slow_headers, slow_body]:
+        sock.settimeout(10)
+        data = b""
+        while chunk := sock.recv(65536):  # closed by the server within the timeouts
+            data += chunk
+        assert b"500" not in data.split(b"\r\n", 1)[0]
+        sock.close()
+    assert server.request("/health")[0] == 200
