@@ -20,6 +20,10 @@ RESTART_WINDOW = 30.0
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
 def run_workers(count: int, target: Callable[[int], int]) -> int:
     """Fork `count` children running `target(index)`; return 0 when all stopped cleanly.
 
@@ -41,13 +45,17 @@ def run_workers(count: int, target: Callable[[int], int]) -> int:
             if pid == 0:
                 code = 1
                 try:
-                    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                    # Until the worker's event loop takes over the signals, SIGTERM just
+                    # ends it: nothing is in flight yet, so that is a clean stop.
+                    signal.signal(signal.SIGTERM, _exit_cleanly)
                     signal.signal(signal.SIGINT, signal.default_int_handler)
                     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the worker handles it
                     signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
                     code = target(index)
                 except KeyboardInterrupt:
                     code = 0
+                except SystemExit as exc:
+                    code = exc.code if isinstance(exc.code, int) else 1
                 except BaseException:
                     logger.exception("worker %d failed", index)
                 finally:

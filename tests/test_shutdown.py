@@ -28,7 +28,7 @@ SLOW = {**record("slow"), "password": hex_hash("slowpoke", rounds=13)}
 class ServerProcess:
     """`python run.py --config ...` on a port of its own choosing, read from its log."""
 
-    def __init__(self, tmp_path: Path, processes: int = 1, **server: object) -> None:
+    def __init__(self, tmp_path: Path, processes: int = 1, _extra: str = "", **server: object) -> None:
         self.users = tmp_path / "users.json"
         self.users.write_text(json.dumps({"users": DEFAULT_USERS + [SLOW]}))
         lines = [
@@ -46,7 +46,7 @@ class ServerProcess:
             "enabled = false",
         ]
         config = tmp_path / "homeserver.toml"
-        config.write_text("\n".join(lines) + "\n")
+        config.write_text("\n".join(lines) + "\n" + _extra)
         self.log = tmp_path / "server.log"
         self.log_file = open(self.log, "wb")
         self.proc = subprocess.Popen(
@@ -96,8 +96,8 @@ class ServerProcess:
 def start(tmp_path):
     servers: list[ServerProcess] = []
 
-    def do(processes: int = 1, **server: object) -> ServerProcess:
-        servers.append(ServerProcess(tmp_path, processes, **server))
+    def do(processes: int = 1, _extra: str = "", **server: object) -> ServerProcess:
+        servers.append(ServerProcess(tmp_path, processes, _extra, **server))
         return servers[-1]
 
     yield do
@@ -169,7 +169,10 @@ def test_crashed_worker_is_replaced(start):
     _, body = server.request("/health")
     os.kill(body["pid"], signal.SIGKILL)
     server.wait_log("restarting it")
-    server.wait_log("started worker", timeout=10)
+    deadline = time.monotonic() + 10
+    while server.log.read_text().count(") serving") < 3:  # the replacement is up
+        assert time.monotonic() < deadline, server.log.read_text()
+        time.sleep(0.05)
     for _ in range(10):
         assert server.request("/health")[0] == 200
     server.proc.send_signal(signal.SIGTERM)
@@ -205,3 +208,42 @@ def test_slow_and_idle_connections_are_dropped(start):
         assert b"500" not in data.split(b"\r\n", 1)[0]
         sock.close()
     assert server.request("/health")[0] == 200
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_metrics_on_their_own_port_per_worker(tmp_path, start):
+    port = free_port()
+    config_extra = f"\n[metrics]\nenabled = true\nport = {port}\n"
+    server = start(processes=2, _extra=config_extra)
+    server.wait_log(f"metrics on 127.0.0.1:{port + 1}")
+    for p in (port, port + 1):
+        with urllib.request.urlopen(f"http://127.0.0.1:{p}/metrics", timeout=10) as resp:
+            assert resp.status == 200
+            assert b"homeserver_logins_total" in resp.read()
+    assert server.request("/metrics")[0] == 404  # not on the public listener
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(timeout=20) == 0
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_broken_users_file_at_start_is_exit_1(tmp_path, processes):
+    (tmp_path / "users.json").write_text("{broken")
+    config = tmp_path / "homeserver.toml"
+    config.write_text(
+        f'[server]\nport = 0\nprocesses = {processes}\n[auth]\njwt_secret = "{JWT_SECRET}"\n'
+        '[backend.file]\npath = "users.json"\n'
+    )
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), "--config", str(config)],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 1, proc
+    assert b"malformed JSON" in proc.stderr
