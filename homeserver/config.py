@@ -79,7 +79,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "processes": Field("int", 1, _range(1, 256)),
         "max_body_size": Field("int", 65536, _range(1024)),
         # Peers (IPs or CIDRs) whose X-Forwarded-For names the real client address.
-        "trusted_proxies": Field("str_list", []),
+        "trusted_proxies": Field("str_list", [], _cidrs),
         # Seconds to let in-flight requests finish on SIGTERM before connections are cut.
         "drain_timeout": Field("float", 10.0, _range(0)),
         # Seconds a connection may sit idle (or take to send its headers) before it is closed.

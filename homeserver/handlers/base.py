@@ -74,17 +74,18 @@ class BaseHandler(RequestHandler):
         inflight = self.settings.get("inflight")
         if inflight is not None:
             inflight.add(self)
-            if inflight.draining:
-                self._headers["Connection"] = "close"
 
-    def on_finish(self) -> None:
+    def _untrack(self) -> None:
         inflight = self.settings.get("inflight")
         if inflight is not None:
             inflight.discard(self)
 
+    def on_finish(self) -> None:
+        self._untrack()
+
     def on_connection_close(self) -> None:
         super().on_connection_close()  # it fails a streamed body's pending read
-        self.on_finish()
+        self._untrack()
 
     @property
     def hs(self) -> "HomeServer":
@@ -103,6 +104,10 @@ class BaseHandler(RequestHandler):
         for name, value in CORS_HEADERS:
             headers[name] = value
         headers["Content-Type"] = JSON_TYPE
+        inflight = self.settings.get("inflight")
+        if inflight is not None and inflight.draining:
+            # Shutting down: clients should not send more on this connection.
+            headers["Connection"] = "close"
 
     def compute_etag(self) -> None:
         # Matrix clients do not revalidate these documents; hashing every body is waste.
