@@ -247,3 +247,13 @@ def test_broken_users_file_at_start_is_exit_1(tmp_path, processes):
     )
     assert proc.returncode == 1, proc
     assert b"malformed JSON" in proc.stderr
+
+
+@pytest.mark.parametrize("argv", [["--processes", "3"], ["serve", "--processes", "3"]])
+def test_processes_flag_overrides_config(tmp_path, argv):
+    from homeserver.cli import _config, build_parser
+
+    config = tmp_path / "homeserver.toml"
+    config.write_text("[server]\nprocesses = 1\n")
+    args = build_parser().parse_args(["--config", str(config), *argv])
+    assert _config(args).get("server", "processes") == 3
