@@ -8,7 +8,7 @@ import signal
 
 from tornado.httpserver import HTTPServer
 
-from homeserver.app import build_homeserver, make_app
+from homeserver.app import build_homeserver, create_backend, make_app
 from homeserver.config import Config
 
 logger = logging.getLogger(__name__)
@@ -16,8 +16,10 @@ logger = logging.getLogger(__name__)
 
 async def serve(config: Config) -> None:
     """Start the backend, listen, and stop cleanly on a signal."""
-    hs = build_homeserver(config)
-    await hs.backend.start()
+    # Load the users before anything else, so a broken store fails start-up cleanly.
+    backend = create_backend(config)
+    await backend.start()
+    hs = build_homeserver(config, backend)
     server_cfg = config.section("server")
     # The login handler streams its body and answers 413 itself; this bound only caps
     # what any other handler buffers before it is thrown away.
