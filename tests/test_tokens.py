@@ -25,7 +25,7 @@ def test_expired_token_is_refused():
         issuer.verify(issuer.issue("alice", "DEV"))
 
 
-@pytest.mark.parametrize("token", ["", "abc", "a.b.c", "...", "e30.e30.", "\x00"])
+@pytest.mark.parametrize("token", ["", "abc", "a.b.c", "...", "e30.e30.", "\x00", "\ud800", "ä.ä.ä"])
 def test_garbage_is_a_token_error(token):
     with pytest.raises(TokenError):
         TokenIssuer(SECRET).verify(token)
