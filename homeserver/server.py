@@ -11,7 +11,7 @@ import socket
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
-from homeserver.app import HomeServer, build_homeserver, make_app, make_metrics_app
+from homeserver.app import HomeServer, build_homeserver, create_backend, make_app, make_metrics_app
 from homeserver.config import Config
 from homeserver.drain import InFlight
 from homeserver.errors import ConfigError
@@ -28,6 +28,10 @@ def run(config: Config) -> int:
     if processes == 1:
         asyncio.run(serve(config))
         return 0
+    # Load the users once here, before the secret and the fork, so a broken store fails
+    # start-up cleanly as with one process. The probe's connections are closed before
+    # the fork: each worker opens its own.
+    asyncio.run(probe_backend(config))
     sockets = bind_sockets(server_cfg["port"], server_cfg["host"])
     log_listening(sockets, f"{processes} worker processes")
     # Make (or check) the signing secret once, so the workers do not race to create it.
@@ -46,6 +50,14 @@ def run(config: Config) -> int:
     return code
 
 
+async def probe_backend(config: Config) -> None:
+    backend = create_backend(config)
+    try:
+        await backend.start()
+    finally:
+        await backend.close()
+
+
 def log_listening(sockets: list[socket.socket], what: str) -> None:
     addresses = sorted({f"{s.getsockname()[0]}:{s.getsockname()[1]}" for s in sockets})
     logger.info("listening on %s (%s)", ", ".join(addresses), what)
@@ -53,8 +65,10 @@ def log_listening(sockets: list[socket.socket], what: str) -> None:
 
 async def serve(config: Config, sockets: list[socket.socket] | None = None, worker: int = 0) -> None:
     """Start the backend (in this process: after any fork), listen, and stop cleanly on a signal."""
-    hs = build_homeserver(config)
-    await hs.backend.start()
+    # Load the users before anything else, so a broken store fails start-up cleanly.
+    backend = create_backend(config)
+    await backend.start()
+    hs = build_homeserver(config, backend)
     server_cfg = config.section("server")
     inflight = InFlight()
     # The login handler streams its body and answers 413 itself; this bound only caps

@@ -99,7 +99,7 @@ def fetch(http_server_client) -> Fetch:
             headers.setdefault("Content-Type", "application/json")
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
-        if body is None and method in ("POST", "PUT", "PATCH"):
+        if body is None and method in ("POST", "PUT", "PATCH") and "body_producer" not in kwargs:
             body = b""
         resp = await http_server_client.fetch(
             path,
