@@ -77,7 +77,7 @@ class TestEnabled:
 class TestRateLimitedOutcome:
     @pytest.fixture
     def config_overrides(self):
-        return {"metrics": {"enabled": True}}
+        return {"metrics": {"enabled": True}, "rate_limit": {"address_burst": 3}}
 
     async def test_rate_limited_is_counted(self, fetch):
         for _ in range(4):

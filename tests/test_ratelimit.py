@@ -128,10 +128,10 @@ def body(user: str = "alice", password: str = "wonderland") -> dict:
 class TestAddressLimit:
     @pytest.fixture
     def config_overrides(self):
-        return {"rate_limit": {"account_burst": 100, "failed_attempts_burst": 100}}
+        return {"rate_limit": {"address_burst": 3}}
 
     async def test_over_the_burst(self, fetch):
-        for user in ("alice", "bob", "nobody"):  # the default burst is 3, whatever the account
+        for user in ("alice", "bob", "nobody"):  # a burst of 3, whatever the account
             await fetch(LOGIN, "POST", json_body=body(user))
         resp = await fetch(LOGIN, "POST", json_body=body())
         err = assert_error(resp, 429, "M_LIMIT_EXCEEDED")
@@ -148,10 +148,7 @@ class TestAddressLimit:
 class TestTrustedProxy:
     @pytest.fixture
     def config_overrides(self):
-        return {
-            "rate_limit": {"account_burst": 100, "failed_attempts_burst": 100},
-            "server": {"trusted_proxies": ["127.0.0.0/8", "::1"]},
-        }
+        return {"rate_limit": {"address_burst": 3}, "server": {"trusted_proxies": ["127.0.0.0/8", "::1"]}}
 
     async def test_each_forwarded_client_has_its_own_bucket(self, fetch):
         for i in range(6):
@@ -163,10 +160,10 @@ class TestTrustedProxy:
         assert_error(resp, 429, "M_LIMIT_EXCEEDED")
 
 
-class TestAccountLimits:
+class TestFailedAttempts:
     @pytest.fixture
     def config_overrides(self):
-        return {"rate_limit": {"address_burst": 100}}
+        return {"rate_limit": {"failed_attempts_burst": 3}}
 
     async def test_failed_attempts_lock_the_account_not_others(self, fetch):
         for _ in range(3):
@@ -179,6 +176,12 @@ class TestAccountLimits:
         for _ in range(3):
             assert_error(await fetch(LOGIN, "POST", json_body=body("nobody")), 403, "M_FORBIDDEN")
         assert_error(await fetch(LOGIN, "POST", json_body=body("nobody")), 429, "M_LIMIT_EXCEEDED")
+
+
+class TestAccountLimit:
+    @pytest.fixture
+    def config_overrides(self):
+        return {"rate_limit": {"account_burst": 3}}
 
     async def test_account_limit_counts_successes_too(self, fetch):
         for _ in range(3):
