@@ -24,11 +24,11 @@ class InFlight:
     def discard(self, handler: Any) -> None:
         self.handlers.discard(handler)
 
-    async def wait_idle(self, timeout: float, poll: float = 0.05) -> bool:
-        """Wait until no request is in flight; False if `timeout` seconds passed first."""
+    async def wait_idle(self, timeout: float, abort: asyncio.Event | None = None, poll: float = 0.05) -> bool:
+        """Wait until no request is in flight; False if `timeout` passed or `abort` was set first."""
         deadline = time.monotonic() + timeout
         while self.handlers:
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or (abort is not None and abort.is_set()):
                 return False
             await asyncio.sleep(poll)
         return True

@@ -92,6 +92,11 @@ class InstrumentedBackend(UserBackend):
             op: metrics.backend_errors.labels(inner.name, op) for op in ("get_user", "verify_password", "check_health")
         }
 
+    def __getattr__(self, name: str) -> Any:
+        # Anything a backend offers beyond the interface (FileBackend.reload, say) stays
+        # reachable through the wrapper.
+        return getattr(self.inner, name)
+
     @classmethod
     def from_config(cls, options: dict[str, Any], *, config_dir: str) -> "InstrumentedBackend":
         raise TypeError("InstrumentedBackend wraps a built backend; it is not configured directly")

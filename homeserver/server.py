@@ -95,13 +95,17 @@ async def serve(config: Config, sockets: list[socket.socket] | None = None, work
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    reload = getattr(getattr(hs.backend, "inner", hs.backend), "reload", None)
+    reload = getattr(hs.backend, "reload", None)
     if reload is not None:
         loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(reload()))
     else:
         loop.add_signal_handler(signal.SIGHUP, lambda: logger.info("SIGHUP: nothing to reload"))
     await stop.wait()
-    await shutdown(hs, server, inflight, server_cfg["drain_timeout"], metrics_server)
+    # A second SIGTERM/SIGINT (Ctrl-C again) cuts the drain short.
+    hurry = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, hurry.set)
+    await shutdown(hs, server, inflight, server_cfg["drain_timeout"], metrics_server, hurry)
 
 
 def start_metrics_server(hs: HomeServer, worker: int) -> HTTPServer | None:
@@ -117,14 +121,19 @@ def start_metrics_server(hs: HomeServer, worker: int) -> HTTPServer | None:
 
 
 async def shutdown(
-    hs: HomeServer, server: HTTPServer, inflight: InFlight, drain_timeout: float, metrics_server: HTTPServer | None
+    hs: HomeServer,
+    server: HTTPServer,
+    inflight: InFlight,
+    drain_timeout: float,
+    metrics_server: HTTPServer | None,
+    hurry: asyncio.Event | None = None,
 ) -> None:
     """Stop accepting, let in-flight requests finish, close connections, the backend and the pool."""
     logger.info("shutting down: %d requests in flight, waiting up to %.1f s", len(inflight), drain_timeout)
     server.stop()  # new connections are refused from here on
     inflight.draining = True  # readiness answers 503; responses carry Connection: close
-    if not await inflight.wait_idle(drain_timeout):
-        logger.warning("%d requests still running after %.1f s; cutting them off", len(inflight), drain_timeout)
+    if not await inflight.wait_idle(drain_timeout, hurry):
+        logger.warning("%d requests still running; cutting them off", len(inflight))
     # Close what is left: idle keep-alive connections (and requests past the deadline).
     await server.close_all_connections()
     if metrics_server is not None:

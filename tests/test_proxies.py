@@ -53,5 +53,8 @@ async def test_inflight_wait_idle():
     handler = object()
     inflight.add(handler)
     assert await inflight.wait_idle(0.05, poll=0.01) is False
+    abort = asyncio.Event()
+    asyncio.get_running_loop().call_later(0.05, abort.set)
+    assert await inflight.wait_idle(60, abort, poll=0.01) is False
     asyncio.get_running_loop().call_later(0.05, inflight.discard, handler)
-    assert await inflight.wait_idle(5, poll=0.01) is True
+    assert await inflight.wait_idle(60, poll=0.01) is True

@@ -17,12 +17,9 @@ from pathlib import Path
 import pytest
 
 from backends.file import write_atomically
-from tests.helpers import DEFAULT_USERS, JWT_SECRET, hex_hash, record
+from tests.helpers import DEFAULT_USERS, JWT_SECRET, record
 
 ROOT = Path(__file__).resolve().parent.parent
-# bcrypt at cost 13 takes a good fraction of a second: a login that is surely in flight
-# when the signal arrives a moment after it was sent.
-SLOW = {**record("slow"), "password": hex_hash("slowpoke", rounds=13)}
 
 
 class ServerProcess:
@@ -30,7 +27,7 @@ class ServerProcess:
 
     def __init__(self, tmp_path: Path, processes: int = 1, _extra: str = "", **server: object) -> None:
         self.users = tmp_path / "users.json"
-        self.users.write_text(json.dumps({"users": DEFAULT_USERS + [SLOW]}))
+        self.users.write_text(json.dumps({"users": DEFAULT_USERS}))
         lines = [
             "[server]",
             'host = "127.0.0.1"',
@@ -105,37 +102,79 @@ def start(tmp_path):
         server.stop()
 
 
-SLOW_LOGIN = {"type": "m.login.password", "identifier": {"type": "m.id.user", "user": "slow"}, "password": "slowpoke"}
+LOGIN_BODY = json.dumps({"identifier": {"user": "alice"}, "password": "wonderland"}).encode()
+
+
+def stalled_upload(port: int) -> socket.socket:
+    """Start a login whose body has not all arrived: in flight until finished or cut.
+
+    Deterministic where a slow bcrypt is not: the request waits for the test, not a clock.
+    """
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(
+        b"POST /_matrix/client/v3/login HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        + b"Content-Length: %d\r\n\r\n" % len(LOGIN_BODY)
+        + LOGIN_BODY[:5]
+    )
+    time.sleep(0.25)  # let the server read the headers and start the handler
+    return sock
+
+
+def finish_upload(sock: socket.socket) -> bytes:
+    """Send the rest of the body; return the whole response."""
+    sock.sendall(LOGIN_BODY[5:])
+    sock.settimeout(20)
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    sock.close()
+    return data
+
+
+def assert_closed(sock: socket.socket) -> None:
+    sock.settimeout(20)
+    try:
+        assert sock.recv(65536) == b""
+    except ConnectionResetError:
+        pass
+    sock.close()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_in_flight_request_completes_then_exit_0(start, sig):
     server = start()
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        login = pool.submit(server.request, "/_matrix/client/v3/login", SLOW_LOGIN)
-        time.sleep(0.25)  # the login is now inside bcrypt
-        server.proc.send_signal(sig)
-        status, body = login.result(timeout=30)
-    assert status == 200, body
-    assert body["user_id"] == "@slow:localhost"
-    assert server.proc.wait(timeout=20) == 0
-    log = server.log.read_text()
-    assert "shutting down: 1 requests in flight" in log
-    assert "stopped" in log
+    sock = stalled_upload(server.port)
+    server.proc.send_signal(sig)
+    server.wait_log("shutting down: 1 requests in flight")
+    # No new connections are taken from here on...
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", server.port), timeout=2).close()
+    # ...but the request in flight is served to the end.
+    reply = finish_upload(sock)
+    assert reply.startswith(b"HTTP/1.1 200"), reply
+    assert b'"user_id":"@alice:localhost"' in reply
+    assert server.proc.wait(timeout=20) == 0
+    assert "stopped" in server.log.read_text()
 
 
 def test_drain_timeout_cuts_off_slow_requests(start):
-    server = start(drain_timeout=0.0)
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        login = pool.submit(server.request, "/_matrix/client/v3/login", SLOW_LOGIN)
-        time.sleep(0.25)
-        server.proc.send_signal(signal.SIGTERM)
-        with pytest.raises(OSError):
-            login.result(timeout=30)  # the connection was closed under it
+    server = start(drain_timeout=0.5)
+    sock = stalled_upload(server.port)
+    server.proc.send_signal(signal.SIGTERM)
     assert server.proc.wait(timeout=20) == 0
-    assert "requests still running" in server.log.read_text()
+    assert_closed(sock)
+    log = server.log.read_text()
+    assert "shutting down: 1 requests in flight" in log and "1 requests still running" in log
+
+
+def test_second_signal_cuts_the_drain_short(start):
+    server = start(drain_timeout=60.0)
+    sock = stalled_upload(server.port)
+    server.proc.send_signal(signal.SIGINT)
+    server.wait_log("shutting down")
+    server.proc.send_signal(signal.SIGINT)
+    assert server.proc.wait(timeout=20) == 0  # well before the 60 s drain timeout
+    assert_closed(sock)
 
 
 def test_two_workers_share_the_socket_and_stop_gracefully(start):
@@ -151,12 +190,10 @@ def test_two_workers_share_the_socket_and_stop_gracefully(start):
                 pids.add(body["pid"])
     assert len(pids) == 2, pids
     assert server.proc.pid not in pids
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        login = pool.submit(server.request, "/_matrix/client/v3/login", SLOW_LOGIN)
-        time.sleep(0.25)
-        server.proc.send_signal(signal.SIGTERM)
-        status, body = login.result(timeout=30)
-    assert status == 200, body
+    sock = stalled_upload(server.port)
+    server.proc.send_signal(signal.SIGTERM)
+    server.wait_log("shutting down: 1 requests in flight")
+    assert finish_upload(sock).startswith(b"HTTP/1.1 200")
     assert server.proc.wait(timeout=20) == 0
     for pid in pids:  # no orphans left behind
         with pytest.raises(ProcessLookupError):
