@@ -51,6 +51,7 @@ def run(config: Config) -> int:
 
 
 async def probe_backend(config: Config) -> None:
+    """Start the backend and close it again: a bad store fails here, in the parent."""
     backend = create_backend(config)
     try:
         await backend.start()
