@@ -230,3 +230,11 @@ def test_fuzz_profile_path(io_loop, fetch, user_id, quoted, field):
     resp = io_loop.run_sync(lambda: fetch(PROFILE + segment + field))
     assert_matrix_error(resp)
     assert resp.status in (200, 400, 404), resp
+
+
+@FUZZ
+@given(header=st.text(st.characters(min_codepoint=32, max_codepoint=255, exclude_characters="\x7f"), max_size=300))
+def test_fuzz_authorization_header(io_loop, fetch, header):
+    resp = io_loop.run_sync(lambda: fetch(WHOAMI, headers={"Authorization": header.strip() or "x"}))
+    assert_matrix_error(resp)
+    assert resp.status == 401, resp
