@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
+
+from homeserver.errors import MatrixError
+
+logger = logging.getLogger(__name__)
 
 
 class InFlight:
@@ -32,3 +37,21 @@ class InFlight:
                 return False
             await asyncio.sleep(poll)
         return True
+
+    def answer_all_unavailable(self) -> int:
+        """Answer every request still running with 503 and Retry-After; return how many.
+
+        Better for a client than a connection reset: it knows to retry elsewhere. Without
+        this, Tornado would answer 500 when the shutdown cancels the handler's task.
+        """
+        error = MatrixError(503, "M_UNKNOWN", "The server is shutting down", headers={"Retry-After": "1"})
+        answered = 0
+        for handler in list(self.handlers):
+            if handler._finished:  # Tornado has no public flag for this
+                continue
+            try:
+                handler.send_error(503, exc_info=(MatrixError, error, None))
+                answered += 1
+            except Exception:  # the client may be gone already; the close follows anyway
+                logger.debug("could not answer a cut-off request", exc_info=True)
+        return answered

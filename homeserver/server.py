@@ -134,7 +134,8 @@ async def shutdown(
     server.stop()  # new connections are refused from here on
     inflight.draining = True  # readiness answers 503; responses carry Connection: close
     if not await inflight.wait_idle(drain_timeout, hurry):
-        logger.warning("%d requests still running; cutting them off", len(inflight))
+        logger.warning("%d requests still running; answering them 503", len(inflight))
+        inflight.answer_all_unavailable()
     # Close what is left: idle keep-alive connections (and requests past the deadline).
     await server.close_all_connections()
     if metrics_server is not None:

@@ -131,13 +131,18 @@ def finish_upload(sock: socket.socket) -> bytes:
     return data
 
 
-def assert_closed(sock: socket.socket) -> None:
+def assert_unavailable_then_closed(sock: socket.socket) -> None:
+    """The cut-off request got a Matrix 503, then the connection was closed."""
     sock.settimeout(20)
+    data = b""
     try:
-        assert sock.recv(65536) == b""
+        while chunk := sock.recv(65536):
+            data += chunk
     except ConnectionResetError:
         pass
     sock.close()
+    assert data.startswith(b"HTTP/1.1 503"), data
+    assert b'"errcode":"M_UNKNOWN"' in data and b"Retry-After: 1" in data
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -162,9 +167,9 @@ def test_drain_timeout_cuts_off_slow_requests(start):
     sock = stalled_upload(server.port)
     server.proc.send_signal(signal.SIGTERM)
     assert server.proc.wait(timeout=20) == 0
-    assert_closed(sock)
+    assert_unavailable_then_closed(sock)
     log = server.log.read_text()
-    assert "shutting down: 1 requests in flight" in log and "1 requests still running" in log
+    assert "shutting down: 1 requests in flight" in log and "1 requests still running; answering them 503" in log
 
 
 def test_second_signal_cuts_the_drain_short(start):
@@ -174,7 +179,7 @@ def test_second_signal_cuts_the_drain_short(start):
     server.wait_log("shutting down")
     server.proc.send_signal(signal.SIGINT)
     assert server.proc.wait(timeout=20) == 0  # well before the 60 s drain timeout
-    assert_closed(sock)
+    assert_unavailable_then_closed(sock)
 
 
 def test_two_workers_share_the_socket_and_stop_gracefully(start):
