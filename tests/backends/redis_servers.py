@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -30,9 +31,17 @@ def unavailable(reason: str) -> None:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free loopback port whose +10000 twin (a cluster node's bus port) is free too."""
+    for _ in range(100):
+        port = random.randrange(20000, 55000)
+        try:
+            for candidate in (port, port + 10000):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", candidate))
+        except OSError:
+            continue
+        return port
+    raise AssertionError("no free port pair found")
 
 
 def wait_until(check: Any, timeout: float = 10.0, what: str = "condition") -> Any:
@@ -72,8 +81,14 @@ class RedisProcess:
                 "--save", "", "--appendonly", "no", "--dir", self.workdir,
                 "--logfile", os.path.join(self.workdir, "redis.log")]
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        with self.client() as c:
-            wait_until(c.ping, what=f"redis on port {self.port}")
+        try:
+            with self.client() as c:
+                wait_until(lambda: self.proc.poll() is not None or c.ping(), what=f"redis on port {self.port}")
+            if self.proc.poll() is not None:
+                raise AssertionError(f"redis-server exited with {self.proc.returncode}; see {self.workdir}/redis.log")
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def stop(self) -> None:
@@ -171,3 +186,98 @@ def store(redis_url, user_records) -> Iterator[Store]:
 def redis_overrides(store: Store, **options: Any) -> dict[str, dict[str, Any]]:
     """config_overrides selecting the Redis backend on `store`."""
     return {"backend": {"type": "redis"}, "backend.redis": {"url": store.url, "key_prefix": store.prefix, **options}}
+
+
+@dataclass
+class SentinelSetup:
+    """A master, a replica and one sentinel (quorum 1) watching them as `service`."""
+
+    master: RedisProcess
+    replica: RedisProcess
+    sentinel: RedisProcess
+    service: str = "mymaster"
+
+    def master_port(self) -> int:
+        with self.sentinel.client() as c:
+            return int(c.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service)[1])
+
+
+def start_sentinel_setup(workdir: str, procs: list[RedisProcess], service: str = "mymaster") -> SentinelSetup:
+    """Start the three processes, each added to `procs` at once so a failure still stops them."""
+    # No 5 s wait for more replicas before the first sync.
+    master = start_server(os.path.join(workdir, "master"), "--repl-diskless-sync-delay", "0")
+    procs.append(master)
+    replica = start_server(os.path.join(workdir, "replica"), "--replicaof", "127.0.0.1", str(master.port))
+    procs.append(replica)
+    conf = os.path.join(workdir, "sentinel.conf")
+    with open(conf, "w") as fh:
+        # Quick failover for the tests: master down after 0.5 s, one sentinel decides.
+        fh.write(
+            f"sentinel monitor {service} 127.0.0.1 {master.port} 1\n"
+            f"sentinel down-after-milliseconds {service} 500\n"
+            f"sentinel failover-timeout {service} 5000\n"
+        )
+    with replica.client() as c:
+        # Linked before the sentinel starts, so its first look at the master finds the replica.
+        wait_until(lambda: c.info("replication").get("master_link_status") == "up", what="replication")
+    sentinel = RedisProcess(os.path.join(workdir, "sentinel"), [conf, "--sentinel"]).start()
+    procs.append(sentinel)
+    with sentinel.client() as c:
+        # The sentinel fails over only to replicas it has found (it asks the master every 10 s).
+        wait_until(
+            lambda: c.execute_command("SENTINEL", "REPLICAS", service), timeout=20, what="sentinel to see the replica"
+        )
+    return SentinelSetup(master, replica, sentinel, service)
+
+
+@dataclass
+class ClusterSetup:
+    """Three master nodes sharing the 16384 slots."""
+
+    nodes: list[RedisProcess]
+
+    @property
+    def addresses(self) -> list[str]:
+        return [f"127.0.0.1:{node.port}" for node in self.nodes]
+
+    def wait_ok(self) -> None:
+        for node in self.nodes:
+            with node.client() as c:
+                wait_until(lambda: c.cluster("info")["cluster_state"] == "ok", what="cluster_state:ok")
+
+
+def start_cluster(workdir: str, nodes: list[RedisProcess]) -> ClusterSetup:
+    """Start three nodes (added to `nodes` at once so a failure still stops them) and join them."""
+    require_redis_server()
+    if not os.access(REDIS_CLI, os.X_OK):
+        unavailable(f"redis-cli not found at {REDIS_CLI}")
+    args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000"]
+    for i in range(3):
+        nodes.append(start_server(os.path.join(workdir, f"node{i}"), *args))
+    cluster = ClusterSetup(nodes)
+    subprocess.run(
+        [REDIS_CLI, "--cluster", "create", *cluster.addresses, "--cluster-yes"],
+        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30,
+    )
+    cluster.wait_ok()
+    return cluster
+
+
+@pytest.fixture
+def sentinel_setup(tmp_path) -> Iterator[SentinelSetup]:
+    procs: list[RedisProcess] = []
+    try:
+        yield start_sentinel_setup(str(tmp_path), procs)
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
+
+
+@pytest.fixture
+def redis_cluster(tmp_path) -> Iterator[ClusterSetup]:
+    nodes: list[RedisProcess] = []
+    try:
+        yield start_cluster(str(tmp_path), nodes)
+    finally:
+        for node in nodes:
+            node.stop()
