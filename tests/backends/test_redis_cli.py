@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import io
 import os
 import subprocess
@@ -31,7 +32,12 @@ def add_user(monkeypatch, config_file):
 
     def run(name: str, password: str, *flags: str, config: str = config_file) -> int:
         monkeypatch.setattr(sys, "stdin", io.StringIO(password + "\n"))
-        return cli.main(["add-user", name, "--config", config, "--rounds", "4", *flags])
+        argv = ["add-user", name, "--config", config, "--rounds", "4", *flags]
+        # The CLI calls asyncio.run(), which unsets the main thread's event loop; the
+        # loop pytest-tornasync left there would then be collected unclosed (a
+        # ResourceWarning, an error here). Another thread has its own event loop.
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(cli.main, argv).result()
 
     return run
 

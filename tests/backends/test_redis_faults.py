@@ -97,8 +97,9 @@ async def test_many_requests_on_a_paused_redis_all_end_fast(redis_server, fetch)
     assert elapsed < FAULT_BOUND, f"10 requests took {elapsed:.1f}s"
 
 
-async def test_start_while_redis_is_down(redis_server, config, caplog):
+async def test_start_while_redis_is_down(redis_server, config, caplog, io_loop):
     """The server starts without Redis, answers 503, and works once Redis is there."""
+    # io_loop: without it pytest-tornasync runs the test on a loop nobody closes.
     redis_server.stop()
     backend = RedisBackend.from_config(config.section("backend.redis"), config_dir=".")
     await backend.start()
