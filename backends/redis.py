@@ -120,18 +120,20 @@ class RedisBackend(UserBackend):
             )
         # Requests wait (up to socket_timeout) for a free connection instead of failing.
         # Options in the URL's query win, as with redis-py's own from_url.
-        pool = BlockingConnectionPool(
-            **{"max_connections": opts["max_connections"], "timeout": opts["socket_timeout"], **common, **self.url_kwargs}
-        )
+        pool_kwargs = {"max_connections": opts["max_connections"], "timeout": opts["socket_timeout"]}
+        pool = BlockingConnectionPool(**{**pool_kwargs, **common, **self.url_kwargs})
         return Redis.from_pool(pool)
 
     def _where(self) -> str:
+        """Name the Redis in use for log lines (never its password)."""
         opts = self.options
         if opts["mode"] == "sentinel":
             return f"sentinel service {opts['service_name']!r} via {', '.join(opts['sentinels'])}"
+        kw = self.url_kwargs
+        url = kw.get("path") or f"{kw.get('host', 'localhost')}:{kw.get('port', 6379)}"
         if opts["mode"] == "cluster":
-            return f"cluster via {', '.join(opts['cluster_nodes']) or self.url_kwargs.get('host')}"
-        return self.url_kwargs.get("path") or f"{self.url_kwargs.get('host')}:{self.url_kwargs.get('port', 6379)}"
+            return f"cluster via {', '.join([url, *opts['cluster_nodes']])}"
+        return url
 
     async def start(self) -> None:
         """Create this process's client (after any fork) and report whether Redis answers."""

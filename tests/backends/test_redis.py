@@ -23,7 +23,8 @@ async def test_lower_case_fallback_only(store, fetch, login):
     """Redis tries the lower-cased name, so a stored mixed-case name matches only exactly."""
     store.put_record(record("Carol", "pw"))
     assert (await login("Carol", "pw"))["user_id"] == "@Carol:localhost"
-    assert_error(await fetch(LOGIN, "POST", json_body=login_body("carol", "pw")), 403, "M_FORBIDDEN", "Invalid username")
+    resp = await fetch(LOGIN, "POST", json_body=login_body("carol", "pw"))
+    assert_error(resp, 403, "M_FORBIDDEN", "Invalid username")
 
 
 async def test_users_appear_and_vanish_without_restart(store, fetch, login):
@@ -96,7 +97,10 @@ def test_bad_config_names_the_key(values, message):
 def test_env_overrides_url_and_prefix():
     config = build_config(
         {},
-        environ={"HOMESERVER_BACKEND__REDIS__URL": "unix:///run/redis.sock", "HOMESERVER_BACKEND__REDIS__KEY_PREFIX": "p:"},
+        environ={
+            "HOMESERVER_BACKEND__REDIS__URL": "unix:///run/redis.sock",
+            "HOMESERVER_BACKEND__REDIS__KEY_PREFIX": "p:",
+        },
     )
     assert config.get("backend.redis", "url") == "unix:///run/redis.sock"
     assert config.get("backend.redis", "key_prefix") == "p:"

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import logging
 from urllib.parse import quote
 
 import pytest
 
-from backends.redis import RedisBackend, parse_address
-from homeserver.config import build_config
-from homeserver.errors import ConfigError
 from tests.backends.redis_servers import redis_overrides, redis_url, store  # noqa: F401 (fixtures)
 from tests.helpers import DEFAULT_USERS, assert_error, assert_json, record
 
