@@ -53,6 +53,11 @@ def _optional_http_url(value: Any) -> str | None:
     return None if not value else _http_url(value)
 
 
+def _redis_url(value: Any) -> str | None:
+    ok = value.startswith(("redis://", "rediss://", "unix://"))
+    return None if ok else "must start with redis://, rediss:// or unix://"
+
+
 # Every known section and key. Backend sections list their keys here too, so a config
 # file that carries a section for another backend raises no unknown-key warnings.
 SCHEMA: dict[str, dict[str, Field]] = {
@@ -87,8 +92,19 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "path": Field("str", "users.json", _non_empty),
     },
     "backend.redis": {
-        "url": Field("str", "redis://127.0.0.1:6379/0", _non_empty),
+        "url": Field("str", "redis://127.0.0.1:6379/0", _redis_url),
         "key_prefix": Field("str", "homeserver:user:"),
+        "mode": Field("str", "standalone", _one_of("standalone", "sentinel", "cluster")),
+        "sentinels": Field("str_list", []),
+        "service_name": Field("str", "mymaster"),
+        "sentinel_password": Field("str", ""),
+        "cluster_nodes": Field("str_list", []),
+        "connect_timeout": Field("float", 1.0, _range(0.05, 60)),
+        "socket_timeout": Field("float", 1.0, _range(0.05, 60)),
+        "retries": Field("int", 1, _range(0, 10)),
+        "max_connections": Field("int", 100, _range(1, 10000)),
+        "health_check_interval": Field("int", 0, _range(0)),
+        "retry_after": Field("int", 5, _range(1, 3600)),
     },
     "logging": {
         "level": Field("str", "INFO", _one_of("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),
