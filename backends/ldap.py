@@ -437,10 +437,17 @@ class LdapBackend(UserBackend):
 
     @staticmethod
     def _close_quietly(conn: ldap3.Connection) -> None:
+        """Unbind if possible and always close the socket (ldap3 leaks it when open fails)."""
         try:
             conn.unbind()
-        except Exception:  # a broken socket: nothing left to release
+        except Exception:  # a broken socket: nothing to say goodbye on
             pass
+        sock = getattr(conn, "socket", None)
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
 
     # -- work done on the pool's threads -----------------------------------------------
 
