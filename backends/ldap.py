@@ -261,21 +261,11 @@ class LdapBackend(UserBackend):
     def __init__(self, settings: LdapSettings) -> None:
         self.settings = settings
         self.timeout = settings.timeout
-        context = _tls_context(settings)
+        self._tls = _Tls(_tls_context(settings))
+        self._targets = [urllib.parse.urlsplit(uri) for uri in settings.uris]
         # Each server gets an equal share of the timeout, so a list that tries every
         # server still answers within it.
-        connect_timeout = settings.timeout / len(settings.uris)
-        self._servers = [
-            ldap3.Server(
-                parts.hostname,
-                port=parts.port,
-                use_ssl=parts.scheme == "ldaps",
-                tls=_Tls(context),
-                connect_timeout=connect_timeout,
-                get_info=ldap3.NONE,
-            )
-            for parts in map(urllib.parse.urlsplit, settings.uris)
-        ]
+        self._connect_timeout = settings.timeout / len(settings.uris)
         # ldap3 wants an integer here (a float breaks its struct.pack of SO_RCVTIMEO).
         self._receive_timeout = max(1, math.ceil(settings.timeout))
         self._executor = concurrent.futures.ThreadPoolExecutor(
@@ -362,33 +352,60 @@ class LdapBackend(UserBackend):
             logger.warning("LDAP directory fault: %s", exc)
             raise StoreUnavailable(f"LDAP directory fault: {exc}") from None
 
-    def _with_service(self, deadline: float, op: Callable[[ldap3.Connection], T]) -> T:
-        """Run `op` on this thread's service connection, replacing a broken one once."""
-        conn = getattr(self._local, "service", None)
+    def _with_connection(self, slot: str, deadline: float, op: Callable[[ldap3.Connection], T]) -> T:
+        """Run `op` on this thread's connection in `slot`, replacing a broken one once.
+
+        Slots: "service" (searches, bound as bind_dn) and "binder" (user binds).
+        """
+        conn = getattr(self._local, slot, None)
+        if conn is not None and conn.closed:
+            self._drop(slot, conn)
+            conn = None
         reused = conn is not None
         if conn is None:
-            conn = self._local.service = self._connect(service=True)
+            conn = self._open_slot(slot)
         try:
             return op(conn)
+        except DirectoryFault:
+            self._drop(slot, conn)
+            raise
         except (LDAPException, OSError) as exc:
-            self._drop("service", conn)
+            self._drop(slot, conn)
             # A reused connection may simply be stale (directory restarted, idle
             # timeout); one retry on a new connection tells that from an outage.
             if not reused or time.monotonic() >= deadline:
                 raise DirectoryFault(_why(exc)) from None
             logger.info("LDAP connection lost (%s); reconnecting", _why(exc))
-        conn = self._local.service = self._connect(service=True)
+        conn = self._open_slot(slot)
         try:
             return op(conn)
+        except DirectoryFault:
+            self._drop(slot, conn)
+            raise
         except (LDAPException, OSError) as exc:
-            self._drop("service", conn)
+            self._drop(slot, conn)
             raise DirectoryFault(_why(exc)) from None
+
+    def _open_slot(self, slot: str) -> ldap3.Connection:
+        conn = self._connect(service=slot == "service")
+        setattr(self._local, slot, conn)
+        return conn
 
     def _connect(self, *, service: bool) -> ldap3.Connection:
         """Open a connection to the first server that answers (StartTLS, service bind)."""
         s = self.settings
         problems = []
-        for server in self._servers:
+        for target in self._targets:
+            # A new Server object each time: ldap3 marks a Server's addresses unusable
+            # for 5 s after one failed connect, which would delay recovery.
+            server = ldap3.Server(
+                target.hostname,
+                port=target.port,
+                use_ssl=target.scheme == "ldaps",
+                tls=self._tls,
+                connect_timeout=self._connect_timeout,
+                get_info=ldap3.NONE,
+            )
             conn = ldap3.Connection(
                 server,
                 client_strategy=ldap3.SYNC,
@@ -420,8 +437,11 @@ class LdapBackend(UserBackend):
             return conn
         raise DirectoryFault("; ".join(problems))
 
-    @staticmethod
-    def _simple_bind(conn: ldap3.Connection, dn: str, password: str) -> bool:
+    def _simple_bind(self, conn: ldap3.Connection, dn: str, password: str) -> bool:
+        """Bind as `dn`; refuse to send a password on a connection that lost its TLS."""
+        # ldap3 silently reopens a closed connection on bind(), without StartTLS.
+        if conn.closed or (self.settings.start_tls and not conn.server.ssl and not conn.tls_started):
+            raise DirectoryFault("connection lost its TLS layer; not sending a password")
         conn.user, conn.password, conn.authentication = dn, password, ldap3.SIMPLE
         try:
             return bool(conn.bind(read_server_info=False))
@@ -474,7 +494,7 @@ class LdapBackend(UserBackend):
                 raise DirectoryFault(f"search under {self.settings.base!r} failed: {_describe(conn)}")
             return [r for r in conn.response or [] if r.get("type") == "searchResEntry"]
 
-        entries = self._with_service(deadline, search)
+        entries = self._with_connection("service", deadline, search)
         if len(entries) != 1:
             if len(entries) > 1:
                 logger.warning("LDAP: name %r matches several entries; refusing it", name)
@@ -532,26 +552,19 @@ class LdapBackend(UserBackend):
 
     def _bind_as(self, deadline: float, dn: str, password: str) -> bool:
         """Bind as the user on this thread's bind connection: True, False, or a fault."""
-        conn = getattr(self._local, "binder", None)
-        if conn is None or conn.closed:
-            if conn is not None:
-                self._drop("binder", conn)
-            conn = self._local.binder = self._connect(service=False)
-        try:
-            ok = self._simple_bind(conn, dn, password)
-        except (LDAPException, OSError) as exc:
-            self._drop("binder", conn)
-            raise DirectoryFault(f"bind as {dn!r} failed: {_why(exc)}") from None
-        if ok:
-            return True
-        code = (conn.result or {}).get("result")
-        if code in TRANSIENT_RESULTS or code is None:
-            self._drop("binder", conn)
-            raise DirectoryFault(f"bind as {dn!r} failed: {_describe(conn)}")
-        if code != INVALID_CREDENTIALS:
-            # Locked or expired accounts and the like: refused, but tell the operator why.
-            logger.info("LDAP bind as %r refused: %s", dn, _describe(conn))
-        return False
+
+        def bind(conn: ldap3.Connection) -> bool:
+            if self._simple_bind(conn, dn, password):
+                return True
+            code = (conn.result or {}).get("result")
+            if code in TRANSIENT_RESULTS or code is None:
+                raise DirectoryFault(f"bind as {dn!r} failed: {_describe(conn)}")
+            if code != INVALID_CREDENTIALS:
+                # Locked or expired accounts and the like: refused, but tell the operator why.
+                logger.info("LDAP bind as %r refused: %s", dn, _describe(conn))
+            return False
+
+        return self._with_connection("binder", deadline, bind)
 
     def _probe(self, deadline: float) -> None:
         """Read the base entry: proves the connection, the service bind and the base DN."""
@@ -561,7 +574,7 @@ class LdapBackend(UserBackend):
             if (conn.result or {}).get("result") != SUCCESS:
                 raise DirectoryFault(f"base {self.settings.base!r} cannot be read: {_describe(conn)}")
 
-        self._with_service(deadline, probe)
+        self._with_connection("service", deadline, probe)
 
 
 def _describe(conn: ldap3.Connection) -> str:
