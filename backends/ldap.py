@@ -162,7 +162,8 @@ def parse_settings(options: dict[str, Any], config_dir: str) -> LdapSettings:
 
     given = options.get("attributes", {})
     attributes = {role: _attribute_list(role, given.get(role, DEFAULT_ATTRIBUTES[role])) for role in ROLES}
-    for role in ("name", "ident"):
+    mode = options.get("mode", "hash")
+    for role in ("name", "ident", "password") if mode == "hash" else ("name", "ident"):
         if not attributes[role]:
             raise ConfigError(f"backend.ldap.attributes.{role}: must name at least one attribute")
 
@@ -178,7 +179,7 @@ def parse_settings(options: dict[str, Any], config_dir: str) -> LdapSettings:
         filter=_check_filter(options.get("filter", "")),
         bind_dn=bind_dn,
         bind_password=password,
-        mode=options.get("mode", "hash"),
+        mode=mode,
         timeout=float(options.get("timeout", 5.0)),
         start_tls=bool(options.get("start_tls", False)),
         ca_file=ca_file,
@@ -345,11 +346,10 @@ class LdapBackend(UserBackend):
             # The worker's own socket timeouts also fire, but a lookup is several
             # round trips: this bounds the whole of it, queueing included.
             return await asyncio.wait_for(asyncio.wrap_future(future), self.timeout)
+        # No logging here: the request handler logs every StoreUnavailable once.
         except asyncio.TimeoutError:
-            logger.warning("LDAP directory did not answer within %.1f s", self.timeout)
-            raise StoreUnavailable("LDAP directory timed out") from None
+            raise StoreUnavailable(f"LDAP directory did not answer within {self.timeout:g} s") from None
         except DirectoryFault as exc:
-            logger.warning("LDAP directory fault: %s", exc)
             raise StoreUnavailable(f"LDAP directory fault: {exc}") from None
 
     def _with_connection(self, slot: str, deadline: float, op: Callable[[ldap3.Connection], T]) -> T:

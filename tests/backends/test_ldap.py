@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+import uuid
 from typing import Any
 
 import pytest
 
-from backends.ldap import LdapUser, password_text, valid_name
+from backends.ldap import LdapUser, _check_filter, _first_text, password_text, valid_name
 from homeserver.app import create_backend
 from homeserver.errors import ConfigError, StoreUnavailable
 from tests.backends.slapd import PEOPLE, READER_DN, READER_PASSWORD, SUFFIX, free_port, slapd  # noqa: F401
@@ -384,7 +385,12 @@ def test_config_errors(make_config, config_overrides, change, message):
 
 @pytest.mark.parametrize(
     "attributes, message",
-    [({"name": []}, "attributes.name"), ({"ident": ""}, "attributes.ident"), ({"colour": "x"}, None)],
+    [
+        ({"name": []}, "attributes.name"),
+        ({"ident": ""}, "attributes.ident"),
+        ({"password": []}, "attributes.password"),  # hash mode needs one
+        ({"colour": "x"}, None),
+    ],
 )
 def test_attribute_config_errors(make_config, config_overrides, attributes, message):
     config_overrides["backend.ldap.attributes"] = attributes
@@ -404,3 +410,14 @@ def test_attribute_names_are_checked(make_config, config_overrides):
 def test_trailing_slash_uri_is_accepted(make_config, config_overrides, slapd):
     config_overrides["backend.ldap"]["uri"] = slapd.uri + "/"
     assert create_backend(make_config(config_overrides)).settings.uris == [slapd.uri]
+
+
+def test_active_directory_object_guid_reads_as_its_usual_text():
+    # No objectGUID in slapd's schema, so this checks the conversion on raw values alone.
+    guid = uuid.UUID("6f9619ff-8b86-d011-b42d-00c04fc964ff")
+    assert _first_text({"objectguid": [guid.bytes_le]}, ["objectGUID"], "cn=x") == str(guid)
+    assert _first_text({"ident": [b"\xff\xfe", b"text"]}, ["ident"], "cn=x") == "text"  # not UTF-8: skipped
+
+
+def test_active_directory_filter_is_accepted():
+    assert _check_filter("(&(objectClass=user)(!(userAccountControl:1.2.840.113556.1.4.803:=2)))")
