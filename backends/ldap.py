@@ -129,7 +129,7 @@ def _read_password_file(path: str) -> str:
     except UnicodeDecodeError:
         raise ConfigError(f"backend.ldap.bind_password_file: {path} is not UTF-8 text") from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        logger.warning("backend.ldap.bind_password_file %s is readable by other users; chmod 600 it", path)
+        logger.warning("backend.ldap.bind_password_file %s can be accessed by group or others; chmod 600 it", path)
     # Only the line ending an editor adds is dropped: a password may end in spaces.
     return text.removesuffix("\n").removesuffix("\r")
 
