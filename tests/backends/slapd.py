@@ -223,10 +223,33 @@ class Slapd:
         """SIGSTOP: the port still accepts connections, but nothing answers (a hang)."""
         assert self.process is not None
         self.process.send_signal(signal.SIGSTOP)
+        self._wait_stopped(True)
 
     def resume(self) -> None:
         assert self.process is not None
         self.process.send_signal(signal.SIGCONT)
+        self._wait_stopped(False)
+
+    def _wait_stopped(self, stopped: bool, limit: float = 5.0) -> None:
+        """Wait until every slapd thread has (or none has) stopped: signals land asynchronously,
+        and on a busy machine a thread can still answer a request just after kill()."""
+        assert self.process is not None
+        task_dir = f"/proc/{self.process.pid}/task"
+        if not os.path.isdir(task_dir):
+            return  # no procfs: rely on the signal alone
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            states = []
+            for task in os.listdir(task_dir):
+                try:
+                    with open(f"{task_dir}/{task}/stat") as fh:
+                        states.append(fh.read().rpartition(")")[2].split()[0])
+                except OSError:
+                    continue  # the thread just ended
+            if (stopped and all(state == "T" for state in states)) or (not stopped and "T" not in states):
+                return
+            time.sleep(0.005)
+        raise RuntimeError(f"slapd did not {'stop' if stopped else 'continue'} within {limit} s")
 
     def stop(self) -> None:
         """SIGTERM and wait (a stopped slapd is continued first so it can exit)."""
