@@ -8,6 +8,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from homeserver.app import create_backend
 from homeserver.errors import StoreUnavailable
 from tests.backends.slapd import READER_DN, READER_PASSWORD, SUFFIX, Slapd, directory_ldif, running_slapd
 from tests.helpers import assert_error, assert_json
@@ -172,8 +173,6 @@ async def test_check_health_follows_the_directory(backend, directory):
 
 
 async def test_start_with_the_directory_down_then_up(make_config, config_overrides, directory):
-    from homeserver.app import create_backend
-
     directory.kill()
     backend = create_backend(make_config(config_overrides))
     try:
