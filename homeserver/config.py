@@ -106,6 +106,29 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "health_check_interval": Field("int", 0, _range(0)),
         "retry_after": Field("int", 5, _range(1, 3600)),
     },
+    "backend.ldap": {
+        # One URI or a list tried in order: ldap://host[:port] or ldaps://host[:port].
+        "uri": Field("str_or_list", "ldap://localhost:389", _non_empty),
+        "base": Field("str", ""),
+        # Extra filter ANDed with the name match, e.g. "(objectClass=inetOrgPerson)".
+        "filter": Field("str", ""),
+        "bind_dn": Field("str", ""),
+        "bind_password": Field("str", ""),
+        "bind_password_file": Field("str", ""),
+        "mode": Field("str", "hash", _one_of("hash", "bind")),
+        "timeout": Field("float", 5.0, _range(0.1, 300)),
+        "start_tls": Field("bool", False),
+        "ca_file": Field("str", ""),
+        "tls_require_cert": Field("bool", True),
+        "pool_size": Field("int", 4, _range(1, 64)),
+    },
+    "backend.ldap.attributes": {
+        "name": Field("str_or_list", "uid"),
+        "display_name": Field("str_or_list", ["displayName", "cn"]),
+        "ident": Field("str_or_list", "entryUUID"),
+        "avatar_url": Field("str_or_list", "labeledURI"),
+        "password": Field("str_or_list", "userPassword"),
+    },
     "logging": {
         "level": Field("str", "INFO", _one_of("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),
     },
