@@ -102,7 +102,12 @@ class HomeServer:
 
 def create_backend(config: Config) -> UserBackend:
     name = config.get("backend", "type")
-    options = config.sections.get(f"backend.{name}", {})
+    options = dict(config.sections.get(f"backend.{name}", {}))
+    # Sub-tables such as [backend.ldap.attributes] arrive as nested dicts.
+    prefix = f"backend.{name}."
+    for section, values in config.sections.items():
+        if section.startswith(prefix):
+            options[section[len(prefix):]] = dict(values)
     return backends.create_backend(name, options, config_dir=config.config_dir)
 
 

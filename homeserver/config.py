@@ -67,6 +67,11 @@ def _positive(value: Any) -> str | None:
     return None if value > 0 else "must be greater than 0"
 
 
+def _redis_url(value: Any) -> str | None:
+    ok = value.startswith(("redis://", "rediss://", "unix://"))
+    return None if ok else "must start with redis://, rediss:// or unix://"
+
+
 # Every known section and key. Backend sections list their keys here too, so a config
 # file that carries a section for another backend raises no unknown-key warnings.
 SCHEMA: dict[str, dict[str, Field]] = {
@@ -111,8 +116,42 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "reload_interval": Field("float", 5.0, _range(0)),
     },
     "backend.redis": {
-        "url": Field("str", "redis://127.0.0.1:6379/0", _non_empty),
+        "url": Field("str", "redis://127.0.0.1:6379/0", _redis_url),
         "key_prefix": Field("str", "homeserver:user:"),
+        "mode": Field("str", "standalone", _one_of("standalone", "sentinel", "cluster")),
+        "sentinels": Field("str_list", []),
+        "service_name": Field("str", "mymaster"),
+        "sentinel_password": Field("str", ""),
+        "cluster_nodes": Field("str_list", []),
+        "connect_timeout": Field("float", 1.0, _range(0.05, 60)),
+        "socket_timeout": Field("float", 1.0, _range(0.05, 60)),
+        "retries": Field("int", 1, _range(0, 10)),
+        "max_connections": Field("int", 100, _range(1, 10000)),
+        "health_check_interval": Field("int", 0, _range(0)),
+        "retry_after": Field("int", 5, _range(1, 3600)),
+    },
+    "backend.ldap": {
+        # One URI or a list tried in order: ldap://host[:port] or ldaps://host[:port].
+        "uri": Field("str_or_list", "ldap://localhost:389", _non_empty),
+        "base": Field("str", ""),
+        # Extra filter ANDed with the name match, e.g. "(objectClass=inetOrgPerson)".
+        "filter": Field("str", ""),
+        "bind_dn": Field("str", ""),
+        "bind_password": Field("str", ""),
+        "bind_password_file": Field("str", ""),
+        "mode": Field("str", "hash", _one_of("hash", "bind")),
+        "timeout": Field("float", 5.0, _range(0.1, 300)),
+        "start_tls": Field("bool", False),
+        "ca_file": Field("str", ""),
+        "tls_require_cert": Field("bool", True),
+        "pool_size": Field("int", 4, _range(1, 64)),
+    },
+    "backend.ldap.attributes": {
+        "name": Field("str_or_list", "uid"),
+        "display_name": Field("str_or_list", ["displayName", "cn"]),
+        "ident": Field("str_or_list", "entryUUID"),
+        "avatar_url": Field("str_or_list", "labeledURI"),
+        "password": Field("str_or_list", "userPassword"),
     },
     "logging": {
         "level": Field("str", "INFO", _one_of("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),
