@@ -1,7 +1,8 @@
-"""JSON-file user backend: the embedded default, loaded into memory at start-up."""
+"""JSON-file user backend: the embedded default, held in memory and reloaded when the file changes."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import json
@@ -9,6 +10,8 @@ import logging
 import os
 import tempfile
 from typing import Any, Iterator
+
+from tornado.ioloop import PeriodicCallback
 
 from backends.base import User, UserBackend, UserExists
 from homeserver.errors import ConfigError
@@ -75,6 +78,32 @@ def read_users_file(path: str) -> dict[str, User]:
     return parse_users(document, path)
 
 
+Signature = tuple[int, int, int, int]
+_UNSET = object()
+
+
+def file_signature(path: str) -> Signature | None:
+    """What tells one version of the file from another: device, inode, size, mtime (None if missing)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def read_versioned(path: str) -> tuple[Signature | None, dict[str, User] | ConfigError]:
+    """Read and validate the file, with the signature taken before reading.
+
+    Stat first: a write landing between stat and read then shows up as a new signature
+    at the next poll, so no change is ever missed. A bad file gives its ConfigError.
+    """
+    signature = file_signature(path)
+    try:
+        return signature, read_users_file(path)
+    except ConfigError as exc:
+        return signature, exc
+
+
 @contextlib.contextmanager
 def _locked(path: str) -> Iterator[None]:
     """Serialise writers (concurrent add-user runs) with a lock file beside the users file."""
@@ -113,28 +142,91 @@ def write_atomically(path: str, data: bytes, mode: int = 0o600) -> None:
 
 
 class FileBackend(UserBackend):
-    """Users from a JSON file, held in memory with a case-folded index."""
+    """Users from a JSON file, held in memory with a case-folded index.
+
+    With a `reload_interval` the file's signature is polled and a changed file is read
+    again, off the event loop; `reload()` (SIGHUP) reads it at once. A file that fails to
+    load leaves the last good users in place and is reported once per version.
+    """
 
     name = "file"
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, reload_interval: float = 0.0) -> None:
         self.path = path
+        self.reload_interval = reload_interval
         self.users: dict[str, User] = {}
         self.folded: dict[str, str] = {}
+        self.signature: Signature | None = None
+        # The signature of the last version that failed to load, so it is reported once.
+        self._bad_signature: object = _UNSET
+        self._reloading = False
+        self._poller: PeriodicCallback | None = None
 
     @classmethod
     def from_config(cls, options: dict[str, Any], *, config_dir: str) -> "FileBackend":
         path = options["path"]
-        return cls(path if os.path.isabs(path) else os.path.join(config_dir, path))
+        return cls(
+            path if os.path.isabs(path) else os.path.join(config_dir, path),
+            reload_interval=options.get("reload_interval", 0.0),
+        )
+
+    def _install(self, signature: Signature | None, users: dict[str, User]) -> None:
+        # Both assignments happen on the event loop with no await between them, so a
+        # request sees the old or the new users, never a mix.
+        self.users, self.folded = users, fold_index(users)
+        self.signature = signature
+        self._bad_signature = _UNSET
 
     def load(self) -> None:
-        """Read the file now (start-up); ConfigError when it is missing or malformed."""
-        users = read_users_file(self.path)
-        self.users, self.folded = users, fold_index(users)
-        logger.info("loaded %d users from %s", len(users), self.path)
+        """Read the file now, blocking; ConfigError when it is missing or malformed."""
+        self._install(file_signature(self.path), read_users_file(self.path))
+        logger.info("loaded %d users from %s", len(self.users), self.path)
 
     async def start(self) -> None:
-        self.load()
+        """Load the file (a start-up error if it is bad), then poll it if configured."""
+        signature, users = await asyncio.get_running_loop().run_in_executor(None, read_versioned, self.path)
+        if isinstance(users, ConfigError):
+            raise users
+        self._install(signature, users)
+        logger.info("loaded %d users from %s", len(self.users), self.path)
+        if self.reload_interval > 0 and self._poller is None:
+            self._poller = PeriodicCallback(self._poll, self.reload_interval * 1000, jitter=0.1)
+            self._poller.start()
+
+    async def _poll(self) -> None:
+        try:
+            await self.reload(force=False)
+        except Exception:  # the poller must survive anything, or reloading stops for good
+            logger.exception("checking users file %s failed", self.path)
+
+    async def reload(self, force: bool = True) -> bool:
+        """Read the file again (only if its signature changed, unless `force`); True if reloaded."""
+        if self._reloading:
+            return False
+        self._reloading = True
+        try:
+            loop = asyncio.get_running_loop()
+            if not force:
+                signature = await loop.run_in_executor(None, file_signature, self.path)
+                if signature == self.signature or signature == self._bad_signature:
+                    return False
+            signature, users = await loop.run_in_executor(None, read_versioned, self.path)
+            if isinstance(users, ConfigError):
+                if force or signature != self._bad_signature:
+                    logger.error("users file not reloaded, keeping the %d users loaded before: %s", len(self.users), users)
+                self._bad_signature = signature
+                return False
+            before = len(self.users)
+            self._install(signature, users)
+            logger.info("reloaded users file %s: %d users (was %d)", self.path, len(users), before)
+            return True
+        finally:
+            self._reloading = False
+
+    async def close(self) -> None:
+        if self._poller is not None:
+            self._poller.stop()
+            self._poller = None
 
     async def get_user(self, name: str, *, case_insensitive: bool = False) -> User | None:
         user = self.users.get(name)

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import tornado.web
 
 import backends
 from backends.base import UserBackend
 from homeserver.config import Config
-from homeserver.handlers import account, discovery, login, profile
+from homeserver.drain import InFlight
+from homeserver.handlers import account, discovery, health, login, profile
 from homeserver.handlers.base import NotFoundHandler, encode_json
 from homeserver.logs import log_request
+from homeserver.metrics import InstrumentedBackend, Metrics
 from homeserver.passwords import PasswordChecker
+from homeserver.proxies import ClientAddress
+from homeserver.ratelimit import LoginLimits
 from homeserver.tokens import TokenIssuer, load_secret
 
 logger = logging.getLogger(__name__)
@@ -80,6 +84,8 @@ class HomeServer:
     tokens: TokenIssuer
     checker: PasswordChecker
     documents: Documents
+    limits: LoginLimits = field(default_factory=LoginLimits)
+    metrics: Metrics | None = None
 
     @property
     def server_name(self) -> str:
@@ -96,30 +102,66 @@ class HomeServer:
 
 def create_backend(config: Config) -> UserBackend:
     name = config.get("backend", "type")
-    options = config.sections.get(f"backend.{name}", {})
+    options = dict(config.sections.get(f"backend.{name}", {}))
+    # Sub-tables such as [backend.ldap.attributes] arrive as nested dicts.
+    prefix = f"backend.{name}."
+    for section, values in config.sections.items():
+        if section.startswith(prefix):
+            options[section[len(prefix):]] = dict(values)
     return backends.create_backend(name, options, config_dir=config.config_dir)
 
 
 def build_homeserver(config: Config, backend: UserBackend | None = None) -> HomeServer:
     """Assemble the context; the backend is started separately (`await backend.start()`)."""
+    backend = backend if backend is not None else create_backend(config)
+    metrics = Metrics() if config.get("metrics", "enabled") else None
+    if metrics is not None:
+        backend = InstrumentedBackend(backend, metrics)
     return HomeServer(
         config=config,
-        backend=backend if backend is not None else create_backend(config),
+        backend=backend,
         tokens=TokenIssuer(load_secret(config), config.get("auth", "token_lifetime")),
         checker=PasswordChecker(
             config.get("auth", "bcrypt_workers"), config.get("auth", "max_pending_logins")
         ),
         documents=Documents.from_config(config),
+        limits=LoginLimits.from_config(config.section("rate_limit")),
+        metrics=metrics,
     )
 
 
-ROUTES = discovery.ROUTES + login.ROUTES + profile.ROUTES + account.ROUTES
+ROUTES = discovery.ROUTES + login.ROUTES + profile.ROUTES + account.ROUTES + health.ROUTES
 
 
-def make_app(hs: HomeServer) -> tornado.web.Application:
+def make_app(hs: HomeServer, inflight: InFlight | None = None) -> tornado.web.Application:
+    """The client API; /metrics too when metrics are on and have no port of their own."""
+    metrics = hs.metrics
+    routes = list(ROUTES)
+    if metrics is not None and not hs.config.get("metrics", "port"):
+        routes += health.METRICS_ROUTES
+
+    def log_function(handler: tornado.web.RequestHandler) -> None:
+        log_request(handler)
+        if metrics is not None:
+            metrics.observe_request(handler)
+
     return tornado.web.Application(
-        ROUTES,
+        routes,
         default_handler_class=NotFoundHandler,
-        log_function=log_request,
+        log_function=log_function,
         homeserver=hs,
+        metrics=metrics,
+        inflight=inflight if inflight is not None else InFlight(),
+        client_address=ClientAddress(hs.config.get("server", "trusted_proxies")),
+    )
+
+
+def make_metrics_app(hs: HomeServer) -> tornado.web.Application:
+    """/metrics alone, for `[metrics] port`: keeps it off the public listener."""
+    return tornado.web.Application(
+        health.METRICS_ROUTES,
+        default_handler_class=NotFoundHandler,
+        log_function=lambda handler: None,
+        homeserver=hs,
+        metrics=hs.metrics,
     )

@@ -38,17 +38,22 @@ def read_password(prompt: str = "Password: ") -> str:
 
 
 def _config(args: argparse.Namespace) -> Config:
-    overrides = {"server": {"host": getattr(args, "host", None), "port": getattr(args, "port", None)}}
+    overrides = {
+        "server": {
+            "host": getattr(args, "host", None),
+            "port": getattr(args, "port", None),
+            "processes": getattr(args, "processes", None),
+        }
+    }
     return load_config(args.config, overrides=overrides)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from homeserver.server import run_event_loop, serve
+    from homeserver.server import run
 
     config = _config(args)
-    setup_logging(config.get("logging", "level"))
-    run_event_loop(serve(config), config.get("server", "event_loop"))
-    return 0
+    setup_logging(config.get("logging", "level"), config.get("logging", "format"))
+    return run(config)
 
 
 def cmd_hash_password(args: argparse.Namespace) -> int:
@@ -98,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", help="TOML config file (default: conf/homeserver.toml)")
     parser.add_argument("--host", help="listen address (overrides server.host)")
     parser.add_argument("--port", type=int, help="listen port (overrides server.port)")
+    parser.add_argument("--processes", type=int, help="worker processes (overrides server.processes)")
     parser.set_defaults(func=cmd_serve)
     sub = parser.add_subparsers(title="commands", metavar="{serve,hash-password,add-user}")
 
@@ -109,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = command("serve", "serve HTTP (the default)")
     serve.add_argument("--host", default=argparse.SUPPRESS, help="listen address")
     serve.add_argument("--port", type=int, default=argparse.SUPPRESS, help="listen port")
+    serve.add_argument("--processes", type=int, default=argparse.SUPPRESS, help="worker processes")
     serve.set_defaults(func=cmd_serve)
 
     hp = command("hash-password", "read a password on stdin, print the hex text of its bcrypt hash")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import ipaddress
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -53,6 +54,24 @@ def _optional_http_url(value: Any) -> str | None:
     return None if not value else _http_url(value)
 
 
+def _cidrs(value: Any) -> str | None:
+    for item in value:
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            return f"{item!r} is not an IP address or CIDR network"
+    return None
+
+
+def _positive(value: Any) -> str | None:
+    return None if value > 0 else "must be greater than 0"
+
+
+def _redis_url(value: Any) -> str | None:
+    ok = value.startswith(("redis://", "rediss://", "unix://"))
+    return None if ok else "must start with redis://, rediss:// or unix://"
+
+
 # Every known section and key. Backend sections list their keys here too, so a config
 # file that carries a section for another backend raises no unknown-key warnings.
 SCHEMA: dict[str, dict[str, Field]] = {
@@ -64,6 +83,14 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "identity_server_url": Field("str", "https://vector.im", _optional_http_url),
         "processes": Field("int", 1, _range(1, 256)),
         "max_body_size": Field("int", 65536, _range(1024)),
+        # Peers (IPs or CIDRs) whose X-Forwarded-For names the real client address.
+        "trusted_proxies": Field("str_list", [], _cidrs),
+        # Seconds to let in-flight requests finish on SIGTERM before connections are cut.
+        "drain_timeout": Field("float", 10.0, _range(0)),
+        # Seconds a connection may sit idle (or take to send its headers) before it is closed.
+        "idle_timeout": Field("float", 60.0, _positive),
+        # Seconds a request may take to send its body.
+        "body_timeout": Field("float", 30.0, _positive),
         # "auto": uvloop when it is installed (about 10 % more requests per core), else asyncio.
         "event_loop": Field("str", "auto", _one_of("auto", "asyncio", "uvloop")),
     },
@@ -87,16 +114,69 @@ SCHEMA: dict[str, dict[str, Field]] = {
     },
     "backend.file": {
         "path": Field("str", "users.json", _non_empty),
+        # Seconds between checks of the file for changes; 0 turns polling off (SIGHUP still reloads).
+        "reload_interval": Field("float", 5.0, _range(0)),
     },
     "backend.redis": {
-        "url": Field("str", "redis://127.0.0.1:6379/0", _non_empty),
+        "url": Field("str", "redis://127.0.0.1:6379/0", _redis_url),
         "key_prefix": Field("str", "homeserver:user:"),
+        "mode": Field("str", "standalone", _one_of("standalone", "sentinel", "cluster")),
+        "sentinels": Field("str_list", []),
+        "service_name": Field("str", "mymaster"),
+        "sentinel_password": Field("str", ""),
+        "cluster_nodes": Field("str_list", []),
+        "connect_timeout": Field("float", 1.0, _range(0.05, 60)),
+        "socket_timeout": Field("float", 1.0, _range(0.05, 60)),
+        "retries": Field("int", 1, _range(0, 10)),
+        "max_connections": Field("int", 100, _range(1, 10000)),
+        "health_check_interval": Field("int", 0, _range(0)),
+        "retry_after": Field("int", 5, _range(1, 3600)),
+    },
+    "backend.ldap": {
+        # One URI or a list tried in order: ldap://host[:port] or ldaps://host[:port].
+        "uri": Field("str_or_list", "ldap://localhost:389", _non_empty),
+        "base": Field("str", ""),
+        # Extra filter ANDed with the name match, e.g. "(objectClass=inetOrgPerson)".
+        "filter": Field("str", ""),
+        "bind_dn": Field("str", ""),
+        "bind_password": Field("str", ""),
+        "bind_password_file": Field("str", ""),
+        "mode": Field("str", "hash", _one_of("hash", "bind")),
+        "timeout": Field("float", 5.0, _range(0.1, 300)),
+        "start_tls": Field("bool", False),
+        "ca_file": Field("str", ""),
+        "tls_require_cert": Field("bool", True),
+        "pool_size": Field("int", 4, _range(1, 64)),
+    },
+    "backend.ldap.attributes": {
+        "name": Field("str_or_list", "uid"),
+        "display_name": Field("str_or_list", ["displayName", "cn"]),
+        "ident": Field("str_or_list", "entryUUID"),
+        "avatar_url": Field("str_or_list", "labeledURI"),
+        "password": Field("str_or_list", "userPassword"),
     },
     "logging": {
         "level": Field("str", "INFO", _one_of("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),
+        "format": Field("str", "text", _one_of("text", "json")),
     },
     "rate_limit": {
         "enabled": Field("bool", True),
+        # Token buckets as Synapse's rc_login: refill per second, and the burst allowed.
+        "address_per_second": Field("float", 0.17, _positive),
+        "address_burst": Field("int", 3, _range(1)),
+        "account_per_second": Field("float", 0.17, _positive),
+        "account_burst": Field("int", 3, _range(1)),
+        "failed_attempts_per_second": Field("float", 0.17, _positive),
+        "failed_attempts_burst": Field("int", 3, _range(1)),
+        # Buckets kept per limit; past that the least recently used is forgotten.
+        "max_entries": Field("int", 100_000, _range(100)),
+    },
+    "metrics": {
+        "enabled": Field("bool", False),
+        # 0 serves /metrics on the main listener; another port serves it there instead
+        # (worker i of [server] processes uses port + i).
+        "port": Field("int", 0, _range(0, 65535)),
+        "host": Field("str", "127.0.0.1", _non_empty),
     },
 }
 

@@ -9,6 +9,7 @@ from typing import Any
 from backends.base import User, UserBackend
 from homeserver.errors import MatrixError, invalid_param, missing_param
 from homeserver.passwords import HashDecodeError, Overloaded, PasswordChecker, decode_stored
+from homeserver.ratelimit import LoginLimits
 from homeserver.tokens import TokenIssuer
 
 logger = logging.getLogger(__name__)
@@ -16,6 +17,8 @@ logger = logging.getLogger(__name__)
 LOGIN_TYPE = "m.login.password"
 DEFAULT_DEVICE_ID = "DUMMY"
 MAX_DEVICE_ID = 512
+UNKNOWN_USER = "Invalid username"
+BAD_PASSWORD = "Invalid username or password"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,15 +95,22 @@ async def login(
     tokens: TokenIssuer,
     checker: PasswordChecker,
     server_name: str,
+    limits: LoginLimits | None = None,
 ) -> dict[str, str]:
     """Apply rules 1-6; return the login response or raise the rule's MatrixError."""
+    # Rate limits come before the rules: an account under attack costs no lookup or bcrypt.
+    if limits is not None:
+        limits.check_account(request.user)
+
     # Rules 1-2: the token is built first, from the name as given.
     token = _make_token(tokens, request.user, request.device_id)
 
     # Rule 3: exact name first, then a case-insensitive match (Complement logs in upper case).
     user = await backend.get_user(request.user, case_insensitive=True)
     if user is None:
-        raise MatrixError(403, "M_FORBIDDEN", "Invalid username")
+        if limits is not None:
+            limits.record_failure(request.user)
+        raise MatrixError(403, "M_FORBIDDEN", UNKNOWN_USER)
     if user.name != request.user:
         token = _make_token(tokens, user.name, request.device_id)
 
@@ -127,7 +137,9 @@ async def login(
                 retry_after_ms=1000,
             ) from None
     if not verdict:
-        raise MatrixError(403, "M_FORBIDDEN", "Invalid username or password")
+        if limits is not None:
+            limits.record_failure(request.user)
+        raise MatrixError(403, "M_FORBIDDEN", BAD_PASSWORD)
 
     # Rule 6.
     return {
@@ -136,3 +148,17 @@ async def login(
         "home_server": server_name,
         "device_id": request.device_id,
     }
+
+
+def login_outcome(error: BaseException | None) -> str:
+    """Name a login's outcome for the metrics: success, unknown_user, bad_password, ..."""
+    if error is None:
+        return "success"
+    if isinstance(error, MatrixError):
+        if error.status == 429:
+            return "rate_limited"
+        if error.errcode == "M_FORBIDDEN":
+            return "unknown_user" if error.message == UNKNOWN_USER else "bad_password"
+        if error.status < 500 and error.status != 403:
+            return "bad_request"
+    return "error"

@@ -1,17 +1,23 @@
-"""Run the HTTP server until SIGTERM or SIGINT."""
+"""Run the HTTP server: one process or N workers, graceful shutdown on SIGTERM/SIGINT, reload on SIGHUP."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import socket
 from typing import Any, Coroutine
 
 from tornado.httpserver import HTTPServer
+from tornado.netutil import bind_sockets
 
-from homeserver.app import build_homeserver, make_app
+from homeserver.app import HomeServer, build_homeserver, create_backend, make_app, make_metrics_app
 from homeserver.config import Config
+from homeserver.drain import InFlight
 from homeserver.errors import ConfigError
+from homeserver.tokens import load_secret
+from homeserver.workers import EXIT_CONFIG, run_workers
 
 logger = logging.getLogger(__name__)
 
@@ -29,30 +35,132 @@ def run_event_loop(main: Coroutine[Any, Any, None], choice: str = "auto") -> Non
                 main.close()
                 raise ConfigError("server.event_loop: uvloop is not installed (pip install uvloop)") from None
         else:
-            logger.info("event loop: uvloop %s", uvloop.__version__)
+            logger.debug("event loop: uvloop %s", uvloop.__version__)
             uvloop.run(main)
             return
     asyncio.run(main)
 
 
-async def serve(config: Config) -> None:
-    """Start the backend, listen, and stop cleanly on a signal."""
-    hs = build_homeserver(config)
-    await hs.backend.start()
+def run(config: Config) -> int:
+    """Serve until stopped; with `[server] processes` > 1, as that many forked workers."""
     server_cfg = config.section("server")
+    processes = server_cfg["processes"]
+    if processes == 1:
+        run_event_loop(serve(config), server_cfg["event_loop"])
+        return 0
+    # Load the users once here, before the secret and the fork, so a broken store fails
+    # start-up cleanly as with one process. The probe's connections are closed before
+    # the fork: each worker opens its own.
+    asyncio.run(probe_backend(config))
+    sockets = bind_sockets(server_cfg["port"], server_cfg["host"])
+    log_listening(sockets, f"{processes} worker processes")
+    # Make (or check) the signing secret once, so the workers do not race to create it.
+    load_secret(config)
+
+    def worker(index: int) -> int:
+        try:
+            # Each worker makes its own loop after the fork.
+            run_event_loop(serve(config, sockets=sockets, worker=index), server_cfg["event_loop"])
+        except ConfigError as exc:
+            logger.error("worker %d: %s", index, exc)
+            return EXIT_CONFIG
+        return 0
+
+    code = run_workers(processes, worker)
+    logger.info("all workers stopped")
+    return code
+
+
+async def probe_backend(config: Config) -> None:
+    """Start the backend and close it again: a bad store fails here, in the parent."""
+    backend = create_backend(config)
+    try:
+        await backend.start()
+    finally:
+        await backend.close()
+
+
+def log_listening(sockets: list[socket.socket], what: str) -> None:
+    addresses = sorted({f"{s.getsockname()[0]}:{s.getsockname()[1]}" for s in sockets})
+    logger.info("listening on %s (%s)", ", ".join(addresses), what)
+
+
+async def serve(config: Config, sockets: list[socket.socket] | None = None, worker: int = 0) -> None:
+    """Start the backend (in this process: after any fork), listen, and stop cleanly on a signal."""
+    # Load the users before anything else, so a broken store fails start-up cleanly.
+    backend = create_backend(config)
+    await backend.start()
+    hs = build_homeserver(config, backend)
+    server_cfg = config.section("server")
+    inflight = InFlight()
     # The login handler streams its body and answers 413 itself; this bound only caps
     # what any other handler buffers before it is thrown away.
     limit = max(4 * server_cfg["max_body_size"], 1 << 20)
-    server = HTTPServer(make_app(hs), max_body_size=limit, max_buffer_size=limit)
-    server.listen(server_cfg["port"], server_cfg["host"])
-    logger.info("listening on %s:%d (backend %s)", server_cfg["host"], server_cfg["port"], hs.backend.name)
+    server = HTTPServer(
+        make_app(hs, inflight),
+        max_body_size=limit,
+        max_buffer_size=limit,
+        # Idle keep-alive connections, and clients sending headers slowly, are dropped;
+        # so are bodies that trickle in: many slow connections cannot pin the server.
+        idle_connection_timeout=server_cfg["idle_timeout"],
+        body_timeout=server_cfg["body_timeout"],
+    )
+    if sockets is None:
+        sockets = bind_sockets(server_cfg["port"], server_cfg["host"])
+        log_listening(sockets, f"backend {hs.backend.name}")
+    else:
+        logger.info("worker %d (pid %d) serving (backend %s)", worker, os.getpid(), hs.backend.name)
+    server.add_sockets(sockets)
+    metrics_server = start_metrics_server(hs, worker)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    reload = getattr(hs.backend, "reload", None)
+    if reload is not None:
+        loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(reload()))
+    else:
+        loop.add_signal_handler(signal.SIGHUP, lambda: logger.info("SIGHUP: nothing to reload"))
     await stop.wait()
-    logger.info("shutting down")
-    server.stop()
+    # A second SIGTERM/SIGINT (Ctrl-C again) cuts the drain short.
+    hurry = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, hurry.set)
+    await shutdown(hs, server, inflight, server_cfg["drain_timeout"], metrics_server, hurry)
+
+
+def start_metrics_server(hs: HomeServer, worker: int) -> HTTPServer | None:
+    """Serve /metrics on `[metrics] port` (+ the worker's index) when configured."""
+    port = hs.config.get("metrics", "port")
+    if hs.metrics is None or not port:
+        return None
+    host = hs.config.get("metrics", "host")
+    server = HTTPServer(make_metrics_app(hs), idle_connection_timeout=60)
+    server.listen(port + worker, host)
+    logger.info("metrics on %s:%d/metrics", host, port + worker)
+    return server
+
+
+async def shutdown(
+    hs: HomeServer,
+    server: HTTPServer,
+    inflight: InFlight,
+    drain_timeout: float,
+    metrics_server: HTTPServer | None,
+    hurry: asyncio.Event | None = None,
+) -> None:
+    """Stop accepting, let in-flight requests finish, close connections, the backend and the pool."""
+    logger.info("shutting down: %d requests in flight, waiting up to %.1f s", len(inflight), drain_timeout)
+    server.stop()  # new connections are refused from here on
+    inflight.draining = True  # readiness answers 503; responses carry Connection: close
+    if not await inflight.wait_idle(drain_timeout, hurry):
+        logger.warning("%d requests still running; answering them 503", len(inflight))
+        inflight.answer_all_unavailable()
+    # Close what is left: idle keep-alive connections (and requests past the deadline).
     await server.close_all_connections()
+    if metrics_server is not None:
+        metrics_server.stop()
+        await metrics_server.close_all_connections()
     await hs.close()
+    logger.info("stopped")

@@ -83,7 +83,7 @@ class TokenIssuer:
         """The full check: signature, algorithm, claims and expiry (python-jose)."""
         try:
             claims = jwt.decode(token, self.secret, algorithms=ALGORITHMS)
-        except JOSEError as exc:
+        except (JOSEError, UnicodeError) as exc:  # UnicodeError: text that is no token at all
             raise TokenError(str(exc)) from None
         name, device_id = claims.get("sub"), claims.get("device_id")
         if not isinstance(name, str) or not isinstance(device_id, str):

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Install, from Debian's packages, the servers the Redis and LDAP tests start privately
-# (redis-server; slapd and ldap-utils), when they are missing. Needs root (or sudo).
+# (redis-server; slapd and ldap-utils; openssl for test certificates), when missing. Needs root (or sudo).
 set -euo pipefail
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v slapd >/dev/null 2>&1 || [ -x /usr/sbin/slapd ] || need+=(slapd)
 command -v ldapwhoami >/dev/null 2>&1 || need+=(ldap-utils)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 if [ ${#need[@]} -eq 0 ]; then
     exit 0
 fi

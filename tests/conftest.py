@@ -43,6 +43,9 @@ def make_config(tmp_path, users_path) -> Callable[..., Config]:
         document: dict[str, Any] = {
             "auth": {"jwt_secret": JWT_SECRET},
             "backend": {"type": "file", "file": {"path": users_path}},
+            # Rate limits stay on, as in production, with bursts no ordinary test reaches;
+            # tests of the limits set their own (tests/test_ratelimit.py).
+            "rate_limit": {"address_burst": 10_000, "account_burst": 10_000, "failed_attempts_burst": 10_000},
         }
         for section, values in (overrides or {}).items():
             target = document
@@ -99,7 +102,7 @@ def fetch(http_server_client) -> Fetch:
             headers.setdefault("Content-Type", "application/json")
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
-        if body is None and method in ("POST", "PUT", "PATCH"):
+        if body is None and method in ("POST", "PUT", "PATCH") and "body_producer" not in kwargs:
             body = b""
         resp = await http_server_client.fetch(
             path,

@@ -18,6 +18,7 @@ from homeserver.errors import (
     store_unavailable,
     unknown_token,
 )
+from homeserver.logs import scrub_uri
 from homeserver.tokens import TokenError
 
 if TYPE_CHECKING:
@@ -66,16 +67,47 @@ class BaseHandler(RequestHandler):
     """Every handler's base: no HTML, no charset suffix, CORS everywhere, OPTIONS answered."""
 
     requester: Requester | None = None
+    _client_ip: str | None = None
+
+    def initialize(self) -> None:
+        # Track the request so a graceful shutdown waits for it (see homeserver.drain).
+        inflight = self.settings.get("inflight")
+        if inflight is not None:
+            inflight.add(self)
+
+    def _untrack(self) -> None:
+        inflight = self.settings.get("inflight")
+        if inflight is not None:
+            inflight.discard(self)
+
+    def on_finish(self) -> None:
+        self._untrack()
+
+    def on_connection_close(self) -> None:
+        super().on_connection_close()  # it fails a streamed body's pending read
+        self._untrack()
 
     @property
     def hs(self) -> "HomeServer":
         return self.application.settings["homeserver"]
+
+    @property
+    def client_ip(self) -> str:
+        """The client's address: the peer, or X-Forwarded-For from a trusted proxy."""
+        if self._client_ip is None:
+            resolve = self.settings.get("client_address")
+            self._client_ip = resolve(self.request) if resolve is not None else (self.request.remote_ip or "")
+        return self._client_ip
 
     def set_default_headers(self) -> None:
         headers = self._headers
         for name, value in CORS_HEADERS:
             headers[name] = value
         headers["Content-Type"] = JSON_TYPE
+        inflight = self.settings.get("inflight")
+        if inflight is not None and inflight.draining:
+            # Shutting down: clients should not send more on this connection.
+            headers["Connection"] = "close"
 
     def compute_etag(self) -> None:
         # Matrix clients do not revalidate these documents; hashing every body is waste.
@@ -135,7 +167,10 @@ class BaseHandler(RequestHandler):
             return
         if isinstance(value, HTTPError):
             return
-        super().log_exception(typ, value, tb)
+        # Not Tornado's default: its summary shows the URI with any ?access_token= in it.
+        logger.error(
+            "uncaught exception in %s %s", self.request.method, scrub_uri(self.request.uri or ""), exc_info=(typ, value, tb)
+        )
 
     # -- request bodies and tokens ----------------------------------------------------
 

@@ -8,7 +8,7 @@ from tornado.web import stream_request_body
 
 from homeserver.errors import MatrixError
 from homeserver.handlers.base import BaseHandler, decode_json_object
-from homeserver.login import login, parse_login
+from homeserver.login import login, login_outcome, parse_login
 
 
 def too_large(limit: int) -> MatrixError:
@@ -39,18 +39,31 @@ class LoginHandler(BaseHandler):
         self.finish(self.hs.documents.login_flows)
 
     async def post(self) -> None:
+        metrics = self.hs.metrics
+        try:
+            response = await self._login()
+        except Exception as exc:
+            if metrics is not None:
+                metrics.observe_login(login_outcome(exc))
+            raise
+        if metrics is not None:
+            metrics.observe_login(login_outcome(None))
+        self.write_json(response)
+
+    async def _login(self) -> dict[str, str]:
+        self.hs.limits.check_address(self.client_ip)
         if self._size > self._limit:
             raise too_large(self._limit)
         body: dict[str, Any] = decode_json_object(b"".join(self._chunks))
         request = parse_login(body, self.hs.server_name)
-        response = await login(
+        return await login(
             request,
             backend=self.hs.backend,
             tokens=self.hs.tokens,
             checker=self.hs.checker,
             server_name=self.hs.server_name,
+            limits=self.hs.limits,
         )
-        self.write_json(response)
 
 
 ROUTES = [

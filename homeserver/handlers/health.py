@@ -1,0 +1,46 @@
+"""Operations endpoints: liveness, readiness and Prometheus metrics."""
+
+from __future__ import annotations
+
+import os
+
+from homeserver.errors import MatrixError
+from homeserver.handlers.base import BaseHandler
+
+
+class LivenessHandler(BaseHandler):
+    """The process serves requests; no store is probed (a store outage is no reason to restart)."""
+
+    def get(self) -> None:
+        # The pid tells which worker answered when [server] processes > 1.
+        self.write_json({"status": "ok", "pid": os.getpid()})
+
+
+class ReadinessHandler(BaseHandler):
+    """Ready for traffic: the store answers and no shutdown is under way; else 503."""
+
+    async def get(self) -> None:
+        inflight = self.settings.get("inflight")
+        if inflight is not None and inflight.draining:
+            raise MatrixError(503, "M_UNKNOWN", "Shutting down", headers={"Retry-After": "5"})
+        await self.hs.backend.check_health()
+        self.write_json({"status": "ready"})
+
+
+class MetricsHandler(BaseHandler):
+    """Prometheus exposition of this process's metrics."""
+
+    def get(self) -> None:
+        body, content_type = self.settings["metrics"].render(self.request.headers.get("Accept"))
+        self.set_header("Content-Type", content_type)
+        self.finish(body)
+
+
+ROUTES = [
+    (r"/health", LivenessHandler),
+    (r"/health/ready", ReadinessHandler),
+]
+
+METRICS_ROUTES = [
+    (r"/metrics", MetricsHandler),
+]

@@ -1,0 +1,91 @@
+"""`run.py add-user` into Redis: in-process and as the documented command with env overrides."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import io
+import os
+import subprocess
+import sys
+
+import bcrypt
+import pytest
+
+from homeserver import cli
+from tests.backends.redis_servers import free_port, redis_url, store  # noqa: F401 (fixtures)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture
+def config_file(tmp_path, store):
+    path = tmp_path / "homeserver.toml"
+    path.write_text(
+        f'[backend]\ntype = "redis"\n\n[backend.redis]\nurl = "{store.url}"\nkey_prefix = "{store.prefix}"\n'
+    )
+    return str(path)
+
+
+@pytest.fixture
+def add_user(monkeypatch, config_file):
+    """add_user(name, password, *flags) -> exit status of `run.py add-user` run in-process."""
+
+    def run(name: str, password: str, *flags: str, config: str = config_file) -> int:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(password + "\n"))
+        argv = ["add-user", name, "--config", config, "--rounds", "4", *flags]
+        # The CLI calls asyncio.run(), which unsets the main thread's event loop; the
+        # loop pytest-tornasync left there would then be collected unclosed (a
+        # ResourceWarning, an error here). Another thread has its own event loop.
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(cli.main, argv).result()
+
+    return run
+
+
+def test_add_user_writes_the_hash(store, add_user, capsys):
+    assert add_user("carol", "pa55", "--ident", " (c)", "--display-name", "Carol", "--avatar-url", "mxc://x/y") == 0
+    assert "added @carol:localhost" in capsys.readouterr().out
+    stored = store.get("carol")
+    assert set(stored) == {"password", "ident", "display_name", "avatar_url"}
+    assert (stored["ident"], stored["display_name"], stored["avatar_url"]) == (" (c)", "Carol", "mxc://x/y")
+    assert bcrypt.checkpw(b"pa55", bytes.fromhex(stored["password"]))
+
+
+def test_add_user_refuses_a_duplicate_unless_overwrite(store, add_user, capsys):
+    assert add_user("carol", "one", "--ident", "a", "--display-name", "Carol") == 0
+    assert add_user("carol", "two", "--ident", "b") == 1
+    assert "exists already" in capsys.readouterr().err
+    assert store.get("carol")["ident"] == "a"
+    assert add_user("carol", "two", "--ident", "b", "--overwrite") == 0
+    stored = store.get("carol")
+    # The record is replaced whole: no display name left over from the old one.
+    assert set(stored) == {"password", "ident"} and stored["ident"] == "b"
+    assert bcrypt.checkpw(b"two", bytes.fromhex(stored["password"]))
+
+
+def test_add_user_refuses_an_existing_user_from_the_fixtures(store, add_user, capsys):
+    assert add_user("alice", "x", "--ident", "i") == 1
+    assert "exists already" in capsys.readouterr().err
+
+
+def test_add_user_without_redis_is_a_clean_error(tmp_path, add_user, capsys):
+    path = tmp_path / "down.toml"
+    port = free_port()  # nothing listens there
+    path.write_text(f'[backend]\ntype = "redis"\n[backend.redis]\nurl = "redis://127.0.0.1:{port}/0"\n')
+    assert add_user("carol", "x", "--ident", "i", config=str(path)) == 1
+    assert "user store unavailable" in capsys.readouterr().err
+
+
+def test_run_py_add_user_with_env_overrides(store):
+    env = dict(
+        os.environ,
+        HOMESERVER_BACKEND__TYPE="redis",
+        HOMESERVER_BACKEND__REDIS__URL=store.url,
+        HOMESERVER_BACKEND__REDIS__KEY_PREFIX=store.prefix,
+    )
+    result = subprocess.run(
+        [sys.executable, "run.py", "add-user", "dora", "--ident", "dora-id", "--rounds", "4"],
+        cwd=ROOT, env=env, input="secret\n", capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert store.get("dora")["ident"] == "dora-id"

@@ -1,0 +1,93 @@
+"""Two `run.py` server processes share one Redis: users added or removed show up in both at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from typing import Any, Iterator
+
+import pytest
+
+from tests.backends.redis_servers import free_port, redis_url, store, wait_until  # noqa: F401 (fixtures)
+from tests.helpers import JWT_SECRET
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def call(port: int, path: str, body: Any = None, token: str | None = None) -> tuple[int, Any]:
+    """One request to a server process; (status, JSON body)."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}",
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {token}"} if token else {},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, json.loads(exc.read())
+
+
+def login(port: int, user: str, password: str) -> tuple[int, Any]:
+    body = {"type": "m.login.password", "identifier": {"type": "m.id.user", "user": user}, "password": password}
+    return call(port, "/_matrix/client/v3/login", body)
+
+
+@pytest.fixture
+def env(store) -> dict[str, str]:
+    """The documented environment overrides selecting Redis; no config file is written."""
+    return dict(
+        os.environ,
+        HOMESERVER_BACKEND__TYPE="redis",
+        HOMESERVER_BACKEND__REDIS__URL=store.url,
+        HOMESERVER_BACKEND__REDIS__KEY_PREFIX=store.prefix,
+        HOMESERVER_AUTH__JWT_SECRET=JWT_SECRET,
+        HOMESERVER_RATE_LIMIT__ENABLED="false",
+    )
+
+
+@pytest.fixture
+def servers(env) -> Iterator[list[int]]:
+    """Two `python run.py --port N` processes; their ports."""
+    procs: list[subprocess.Popen] = []
+    ports = [free_port(), free_port()]
+    try:
+        for port in ports:
+            procs.append(subprocess.Popen(
+                [sys.executable, "run.py", "--port", str(port)],
+                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            ))
+        for port in ports:
+            wait_until(lambda: call(port, "/_matrix/client/versions")[0] == 200, what=f"server on {port}")
+        yield ports
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(10)
+
+
+def test_processes_share_the_store(servers, env, store):
+    a, b = servers
+    assert login(a, "nina", "pw")[0] == 403
+    added = subprocess.run(
+        [sys.executable, "run.py", "add-user", "nina", "--ident", "nina-id", "--rounds", "4"],
+        cwd=ROOT, env=env, input="pw\n", capture_output=True, text=True, timeout=60,
+    )
+    assert added.returncode == 0, added.stderr
+    # No restart: both processes read the new hash on the next request.
+    status, body = login(a, "nina", "pw")
+    assert status == 200, body
+    token = body["access_token"]
+    assert login(b, "NINA", "pw")[1]["user_id"] == "@nina:localhost"
+    assert call(b, "/_matrix/client/v3/account/whoami", token=token)[0] == 200
+    assert call(b, "/_matrix/client/v3/profile/@nina:localhost") == (200, {"displayname": "nina-id"})
+    store.client.delete(store.prefix + "nina")
+    for port in servers:
+        status, body = call(port, "/_matrix/client/v3/account/whoami", token=token)
+        assert (status, body["errcode"]) == (401, "M_UNKNOWN_TOKEN")

@@ -1,0 +1,142 @@
+"""The command line, run as a user would: python run.py ..."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import bcrypt
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(*args, stdin="", cwd=ROOT, env=None, timeout=60):
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, "run.py"), *args],
+        input=stdin, capture_output=True, text=True, cwd=cwd, timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.fixture
+def conf(tmp_path):
+    path = tmp_path / "hs.toml"
+    path.write_text('[auth]\nbcrypt_rounds = 4\n[backend.file]\npath = "users.json"\n')
+    return path
+
+
+def test_hash_password_prints_hex_of_a_bcrypt_hash(conf):
+    result = run("hash-password", "--config", str(conf), stdin="s3cret\n")
+    assert result.returncode == 0, result.stderr
+    hashed = bytes.fromhex(result.stdout.strip())
+    assert hashed.startswith(b"$2b$04$") and bcrypt.checkpw(b"s3cret", hashed)
+    result = run("hash-password", "--rounds", "5", stdin="pw\n")
+    assert bytes.fromhex(result.stdout.strip()).startswith(b"$2b$05$")
+
+
+def test_hash_password_refuses_an_empty_password():
+    result = run("hash-password", stdin="\n")
+    assert result.returncode == 1 and result.stderr == "homeserver: error: the password is empty\n"
+
+
+def test_add_user_writes_the_file_backend_and_refuses_duplicates(conf, tmp_path):
+    users = tmp_path / "users.json"
+    result = run("add-user", "ann", "--ident", " #1", "--display-name", "Ann", "--avatar-url", "mxc://x/a",
+                 "--config", str(conf), stdin="pw-ann\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "added @ann:localhost\n"
+    (record,) = json.loads(users.read_text())["users"]
+    assert {k: v for k, v in record.items() if k != "password"} == {
+        "name": "ann", "ident": " #1", "display_name": "Ann", "avatar_url": "mxc://x/a"
+    }
+    assert bcrypt.checkpw(b"pw-ann", bytes.fromhex(record["password"]))
+
+    again = run("add-user", "ann", "--ident", "x", "--config", str(conf), stdin="other\n")
+    assert again.returncode == 1
+    assert again.stderr == "homeserver: error: user 'ann' exists already (use --overwrite to replace it)\n"
+    assert json.loads(users.read_text())["users"] == [record]
+
+    replaced = run("add-user", "ann", "--ident", "y", "--overwrite", "--config", str(conf), stdin="new\n")
+    assert replaced.returncode == 0
+    assert json.loads(users.read_text())["users"][0]["ident"] == "y"
+
+
+@pytest.mark.parametrize("name", ["Ann", "a b", "", "ann:x", "ä"])
+def test_add_user_refuses_names_that_are_not_matrix_localparts(conf, name):
+    result = run("add-user", name, "--ident", "x", "--config", str(conf), stdin="pw\n")
+    assert result.returncode == 1 and result.stderr.startswith("homeserver: error: invalid name")
+
+
+@pytest.mark.parametrize(
+    "toml, env, expected",
+    [
+        ("[server\n", {}, "malformed TOML"),
+        ('[backend]\ntype = "mongo"\n', {}, "backend.type: unknown backend 'mongo'"),
+        ('[backend.file]\npath = "missing.json"\n', {}, "backend.file.path: users file"),
+        ('[auth]\njwt_secret = "short"\n', {}, "auth.jwt_secret: must be at least 32 bytes"),
+        ("", {"HOMESERVER_SERVER__PORT": "x"}, "server.port: expected an integer"),
+    ],
+)
+def test_bad_config_is_one_line_not_a_traceback(tmp_path, toml, env, expected):
+    path = tmp_path / "hs.toml"
+    path.write_text(toml)
+    result = run("--config", str(path), env=env)
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("homeserver: error: ") and expected in lines[0], result.stderr
+
+
+def test_malformed_users_file_names_the_record(tmp_path):
+    (tmp_path / "users.json").write_text('{"users": [{"name": "ann", "password": "00"}]}')
+    path = tmp_path / "hs.toml"
+    path.write_text('[backend.file]\npath = "users.json"\n')
+    result = run("--config", str(path))
+    assert result.returncode == 1
+    assert "record 0 ('ann'): missing required field 'ident'" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_on_the_shipped_example_with_port_override(tmp_path):
+    # The shipped conf/ serves a working demo login; the secret goes to a temp file.
+    port = free_port()
+    env = {**os.environ, "HOMESERVER_AUTH__SECRET_FILE": str(tmp_path / "secret")}
+    log = tmp_path / "server.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "run.py", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                with urllib.request.urlopen(base + "/_matrix/client/versions") as resp:
+                    assert json.load(resp) == {"versions": ["v1.12"]}
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+                time.sleep(0.1)
+        request = urllib.request.Request(
+            base + "/_matrix/client/v3/login", method="POST",
+            data=json.dumps({"type": "m.login.password", "identifier": {"type": "m.id.user", "user": "alice"},
+                             "password": "wonderland"}).encode(),
+        )
+        with urllib.request.urlopen(request) as resp:
+            assert json.load(resp)["user_id"] == "@alice:localhost"
+        with urllib.request.urlopen(base + "/_matrix/client/v3/profile/@alice:localhost") as resp:
+            assert json.load(resp) == {"displayname": "Alice Liddell (alice)", "avatar_url": "mxc://localhost/alice"}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0

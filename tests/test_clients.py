@@ -1,0 +1,138 @@
+"""Real Matrix client libraries (matrix-nio, mautrix, matrix-js-sdk) against the server."""
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+from mautrix.client import Client as MautrixClient
+from mautrix.errors import MForbidden, MNotFound
+from mautrix.types import LoginType, UserID
+from nio import AsyncClient, DiscoveryInfoResponse, LoginError, LoginResponse, ProfileGetError, ProfileGetResponse
+
+from tests.helpers import ci
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def config_overrides(http_server_port):
+    return {"server": {"base_url": f"http://127.0.0.1:{http_server_port[1]}"}}
+
+
+@pytest.fixture
+def base(http_server_port):
+    return f"http://127.0.0.1:{http_server_port[1]}"
+
+
+async def test_matrix_nio(base, http_server):
+    client = AsyncClient(base, "@alice:localhost")
+    try:
+        discovery = await client.discovery_info()
+        assert isinstance(discovery, DiscoveryInfoResponse) and discovery.homeserver_url == base
+        login = await client.login("wonderland")
+        assert isinstance(login, LoginResponse), login
+        assert (login.user_id, login.device_id) == ("@alice:localhost", "DUMMY")
+        profile = await client.get_profile("@alice:localhost")
+        assert isinstance(profile, ProfileGetResponse)
+        assert (profile.displayname, profile.avatar_url) == ("Alice [alice]", "mxc://localhost/alice")
+        assert (await client.whoami()).user_id == "@alice:localhost"
+        missing = await client.get_profile("@nobody:localhost")
+        assert isinstance(missing, ProfileGetError) and missing.status_code == "M_NOT_FOUND"
+    finally:
+        await client.close()
+    wrong = AsyncClient(base, "alice")
+    try:
+        error = await wrong.login("not-the-password")
+        assert isinstance(error, LoginError) and error.status_code == "M_FORBIDDEN"
+    finally:
+        await wrong.close()
+
+
+async def test_mautrix(base, http_server):
+    client = MautrixClient(base_url=base)
+    try:
+        assert (await client.versions()).supports("v1.12")
+        assert [f.type for f in (await client.get_login_flows()).flows] == [LoginType.PASSWORD]
+        login = await client.login(identifier="alice", login_type=LoginType.PASSWORD, password="wonderland",
+                                   store_access_token=True)
+        assert login.user_id == "@alice:localhost"
+        assert (await client.whoami()).user_id == "@alice:localhost"
+        profile = await client.get_profile(UserID("@alice:localhost"))
+        assert profile.displayname == "Alice [alice]" and profile.avatar_url == "mxc://localhost/alice"
+        assert await client.get_displayname(UserID("@bob:localhost")) == "bob-ident"
+        caps = await client.api.request("GET", "/_matrix/client/v3/capabilities")
+        assert caps["capabilities"]["m.change_password"] == {"enabled": False}
+        with pytest.raises(MNotFound):
+            await client.get_profile(UserID("@nobody:localhost"))
+        with pytest.raises(MForbidden):
+            await client.login(identifier="alice", login_type=LoginType.PASSWORD, password="wrong")
+    finally:
+        await client.api.session.close()
+
+
+JS_CHECK = r"""
+import * as sdk from "matrix-js-sdk";
+import { logger } from "matrix-js-sdk/lib/logger.js";
+logger.disableAll();
+const base = process.argv[2];
+const out = {};
+const discovered = await sdk.AutoDiscovery.fromDiscoveryConfig({"m.homeserver": {base_url: base}});
+out.discovery = [discovered["m.homeserver"].state, discovered["m.homeserver"].base_url, discovered["m.homeserver"].error];
+const client = sdk.createClient({ baseUrl: base });
+out.versions = (await client.getVersions()).versions;
+const login = await client.loginRequest({ type: "m.login.password", identifier: { type: "m.id.user", user: "alice" }, password: "wonderland" });
+out.user_id = login.user_id;
+const authed = sdk.createClient({ baseUrl: base, accessToken: login.access_token, userId: login.user_id });
+out.whoami = (await authed.whoami()).user_id;
+out.profile = await authed.getProfileInfo("@alice:localhost");
+out.capabilities = Object.keys(await authed.getCapabilities()).sort();
+try { await client.loginRequest({ type: "m.login.password", identifier: { type: "m.id.user", user: "alice" }, password: "bad" }); }
+catch (e) { out.bad_login = [e.httpStatus, e.errcode]; }
+console.log(JSON.stringify(out));
+"""
+
+
+@pytest.fixture(scope="session")
+def js_sdk(tmp_path_factory):
+    """matrix-js-sdk installed from the npm registry into a cache beside .venv."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not node or not npm:
+        if ci():
+            pytest.fail("node and npm are needed for the matrix-js-sdk test")
+        pytest.skip("node and npm are not installed")
+    cache = os.path.join(ROOT, ".venv", "js")
+    if not os.path.isdir(os.path.join(cache, "node_modules", "matrix-js-sdk")):
+        os.makedirs(cache, exist_ok=True)
+        result = subprocess.run([npm, "install", "--silent", "--prefix", cache, "matrix-js-sdk@37"],
+                                capture_output=True, text=True, timeout=300)
+        if result.returncode != 0:
+            if ci():
+                pytest.fail(f"npm install matrix-js-sdk failed: {result.stderr}")
+            pytest.skip(f"npm install matrix-js-sdk failed: {result.stderr[-300:]}")
+    script = os.path.join(cache, "check.mjs")
+    with open(script, "w") as fh:
+        fh.write(JS_CHECK)
+    return node, script
+
+
+async def test_matrix_js_sdk(base, http_server, js_sdk):
+    node, script = js_sdk
+    proc = await asyncio.create_subprocess_exec(node, script, base, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stdout, stderr = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, stderr.decode()
+    out = json.loads(stdout.decode().strip().splitlines()[-1])
+    # js-sdk 37 reads the well-known and reaches /versions, then wants one of v1.1-v1.9
+    # listed; the specification fixes the list at exactly ["v1.12"], so its discovery
+    # stops at the version check (the spec wins; see the issue note). Everything after
+    # discovery works.
+    state, base_url, error = out["discovery"]
+    assert base_url == base, out
+    assert state == "SUCCESS" or error == "The homeserver does not meet the version requirements", out
+    assert out["versions"] == ["v1.12"]
+    assert out["user_id"] == "@alice:localhost" and out["whoami"] == "@alice:localhost"
+    assert out["profile"] == {"displayname": "Alice [alice]", "avatar_url": "mxc://localhost/alice"}
+    assert "m.room_versions" in out["capabilities"] and "m.change_password" in out["capabilities"]
+    assert out["bad_login"] == [403, "M_FORBIDDEN"]

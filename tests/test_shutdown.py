@@ -1,0 +1,301 @@
+"""The real server process: graceful shutdown, N workers, SIGHUP reload, slow clients."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from backends.file import write_atomically
+from tests.helpers import DEFAULT_USERS, JWT_SECRET, record
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class ServerProcess:
+    """`python run.py --config ...` on a port of its own choosing, read from its log."""
+
+    def __init__(self, tmp_path: Path, processes: int = 1, _extra: str = "", **server: object) -> None:
+        self.users = tmp_path / "users.json"
+        self.users.write_text(json.dumps({"users": DEFAULT_USERS}))
+        lines = [
+            "[server]",
+            'host = "127.0.0.1"',
+            "port = 0",
+            f"processes = {processes}",
+            *(f"{key} = {json.dumps(value)}" for key, value in server.items()),
+            "[auth]",
+            f'jwt_secret = "{JWT_SECRET}"',
+            "[backend.file]",
+            'path = "users.json"',
+            "reload_interval = 0",
+            "[rate_limit]",
+            "enabled = false",
+        ]
+        config = tmp_path / "homeserver.toml"
+        config.write_text("\n".join(lines) + "\n" + _extra)
+        self.log = tmp_path / "server.log"
+        self.log_file = open(self.log, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "run.py"), "--config", str(config)],
+            cwd=ROOT,
+            stdout=self.log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        self.port = self._wait_for_port()
+
+    def _wait_for_port(self, timeout: float = 20.0) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.log.read_text(errors="replace")
+            for line in text.splitlines():
+                if "listening on 127.0.0.1:" in line:
+                    return int(line.split("listening on 127.0.0.1:")[1].split()[0])
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"server did not start:\n{self.log.read_text(errors='replace')}")
+
+    def request(self, path: str, body: dict | None = None, timeout: float = 20.0) -> tuple[int, dict]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    def wait_log(self, text: str, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.log.read_text(errors="replace"):
+            assert time.monotonic() < deadline, f"{text!r} not logged:\n{self.log.read_text(errors='replace')}"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.log_file.close()
+
+
+@pytest.fixture
+def start(tmp_path):
+    servers: list[ServerProcess] = []
+
+    def do(processes: int = 1, _extra: str = "", **server: object) -> ServerProcess:
+        servers.append(ServerProcess(tmp_path, processes, _extra, **server))
+        return servers[-1]
+
+    yield do
+    for server in servers:
+        server.stop()
+
+
+LOGIN_BODY = json.dumps({"identifier": {"user": "alice"}, "password": "wonderland"}).encode()
+
+
+def stalled_upload(port: int) -> socket.socket:
+    """Start a login whose body has not all arrived: in flight until finished or cut.
+
+    Deterministic where a slow bcrypt is not: the request waits for the test, not a clock.
+    """
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(
+        b"POST /_matrix/client/v3/login HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        + b"Content-Length: %d\r\n\r\n" % len(LOGIN_BODY)
+        + LOGIN_BODY[:5]
+    )
+    time.sleep(0.25)  # let the server read the headers and start the handler
+    return sock
+
+
+def finish_upload(sock: socket.socket) -> bytes:
+    """Send the rest of the body; return the whole response."""
+    sock.sendall(LOGIN_BODY[5:])
+    sock.settimeout(20)
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    sock.close()
+    return data
+
+
+def assert_unavailable_then_closed(sock: socket.socket) -> None:
+    """The cut-off request got a Matrix 503, then the connection was closed."""
+    sock.settimeout(20)
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except ConnectionResetError:
+        pass
+    sock.close()
+    assert data.startswith(b"HTTP/1.1 503"), data
+    assert b'"errcode":"M_UNKNOWN"' in data and b"Retry-After: 1" in data
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_in_flight_request_completes_then_exit_0(start, sig):
+    server = start()
+    sock = stalled_upload(server.port)
+    server.proc.send_signal(sig)
+    server.wait_log("shutting down: 1 requests in flight")
+    # No new connections are taken from here on...
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", server.port), timeout=2).close()
+    # ...but the request in flight is served to the end.
+    reply = finish_upload(sock)
+    assert reply.startswith(b"HTTP/1.1 200"), reply
+    assert b'"user_id":"@alice:localhost"' in reply
+    assert server.proc.wait(timeout=20) == 0
+    assert "stopped" in server.log.read_text()
+
+
+def test_drain_timeout_cuts_off_slow_requests(start):
+    server = start(drain_timeout=0.5)
+    sock = stalled_upload(server.port)
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(timeout=20) == 0
+    assert_unavailable_then_closed(sock)
+    log = server.log.read_text()
+    assert "shutting down: 1 requests in flight" in log and "1 requests still running; answering them 503" in log
+
+
+def test_second_signal_cuts_the_drain_short(start):
+    server = start(drain_timeout=60.0)
+    sock = stalled_upload(server.port)
+    server.proc.send_signal(signal.SIGINT)
+    server.wait_log("shutting down")
+    server.proc.send_signal(signal.SIGINT)
+    assert server.proc.wait(timeout=20) == 0  # well before the 60 s drain timeout
+    assert_unavailable_then_closed(sock)
+
+
+def test_two_workers_share_the_socket_and_stop_gracefully(start):
+    server = start(processes=2)
+    pids = set()
+    deadline = time.monotonic() + 20
+    while len(pids) < 2 and time.monotonic() < deadline:
+        # Fresh connections, several at once: the kernel hands them to whichever worker
+        # is waiting, so both are seen soon.
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            for status, body in pool.map(lambda _: server.request("/health"), range(16)):
+                assert status == 200
+                pids.add(body["pid"])
+    assert len(pids) == 2, pids
+    assert server.proc.pid not in pids
+    sock = stalled_upload(server.port)
+    server.proc.send_signal(signal.SIGTERM)
+    server.wait_log("shutting down: 1 requests in flight")
+    assert finish_upload(sock).startswith(b"HTTP/1.1 200")
+    assert server.proc.wait(timeout=20) == 0
+    for pid in pids:  # no orphans left behind
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_crashed_worker_is_replaced(start):
+    server = start(processes=2)
+    server.wait_log("worker 1 (pid")
+    _, body = server.request("/health")
+    os.kill(body["pid"], signal.SIGKILL)
+    server.wait_log("restarting it")
+    deadline = time.monotonic() + 10
+    while server.log.read_text().count(") serving") < 3:  # the replacement is up
+        assert time.monotonic() < deadline, server.log.read_text()
+        time.sleep(0.05)
+    for _ in range(10):
+        assert server.request("/health")[0] == 200
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(timeout=20) == 0
+
+
+def test_sighup_reloads_the_users_file(start):
+    server = start()
+    assert server.request("/_matrix/client/v3/profile/@zoe:localhost")[0] == 404
+    write_atomically(str(server.users), json.dumps({"users": [record("zoe", ident="-zoe")]}).encode())
+    server.proc.send_signal(signal.SIGHUP)
+    server.wait_log("reloaded users file")
+    assert server.request("/_matrix/client/v3/profile/@zoe:localhost") == (200, {"displayname": "-zoe"})
+    assert server.request("/_matrix/client/v3/profile/@alice:localhost")[0] == 404
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(timeout=20) == 0
+
+
+def test_slow_and_idle_connections_are_dropped(start):
+    server = start(idle_timeout=0.5, body_timeout=0.5)
+    idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(50)]
+    slow_headers = socket.create_connection(("127.0.0.1", server.port))
+    slow_headers.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # never finished
+    slow_body = socket.create_connection(("127.0.0.1", server.port))
+    slow_body.sendall(b"POST /_matrix/client/v3/login HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+    # The server still answers others meanwhile.
+    assert server.request("/health")[0] == 200
+    for sock in idle + [slow_headers, slow_body]:
+        sock.settimeout(10)
+        data = b""
+        while chunk := sock.recv(65536):  # closed by the server within the timeouts
+            data += chunk
+        assert b"500" not in data.split(b"\r\n", 1)[0]
+        sock.close()
+    assert server.request("/health")[0] == 200
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_metrics_on_their_own_port_per_worker(tmp_path, start):
+    port = free_port()
+    config_extra = f"\n[metrics]\nenabled = true\nport = {port}\n"
+    server = start(processes=2, _extra=config_extra)
+    server.wait_log(f"metrics on 127.0.0.1:{port + 1}")
+    for p in (port, port + 1):
+        with urllib.request.urlopen(f"http://127.0.0.1:{p}/metrics", timeout=10) as resp:
+            assert resp.status == 200
+            assert b"homeserver_logins_total" in resp.read()
+    assert server.request("/metrics")[0] == 404  # not on the public listener
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(timeout=20) == 0
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_broken_users_file_at_start_is_exit_1(tmp_path, processes):
+    (tmp_path / "users.json").write_text("{broken")
+    config = tmp_path / "homeserver.toml"
+    config.write_text(
+        f'[server]\nport = 0\nprocesses = {processes}\n[auth]\njwt_secret = "{JWT_SECRET}"\n'
+        '[backend.file]\npath = "users.json"\n'
+    )
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), "--config", str(config)],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 1, proc
+    assert b"malformed JSON" in proc.stderr
+
+
+@pytest.mark.parametrize("argv", [["--processes", "3"], ["serve", "--processes", "3"]])
+def test_processes_flag_overrides_config(tmp_path, argv):
+    from homeserver.cli import _config, build_parser
+
+    config = tmp_path / "homeserver.toml"
+    config.write_text("[server]\nprocesses = 1\n")
+    args = build_parser().parse_args(["--config", str(config), *argv])
+    assert _config(args).get("server", "processes") == 3
