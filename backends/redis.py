@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import re
@@ -38,6 +39,60 @@ return 1
 """
 
 
+class HgetallBatcher:
+    """Sends the HGETALLs asked for in one event-loop turn as one pipeline.
+
+    redis-py spends ~150 us of CPU on each command's round trip; in a pipeline of 10 it
+    is ~60 us a command (docs/performance.md). Each caller still gets its own reply (or
+    its own error) for its own key, read after it asked: no caching, nothing goes stale.
+    """
+
+    def __init__(self, client: Redis) -> None:
+        self.client = client
+        self._pending: list[tuple[str, asyncio.Future[Any]]] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def hgetall(self, key: str) -> Any:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        if not self._pending:
+            # Runs after the callbacks already queued: the other requests of this turn.
+            loop.call_soon(self._flush)
+        self._pending.append((key, future))
+        return await future
+
+    def _flush(self) -> None:
+        batch, self._pending = self._pending, []
+        task = asyncio.ensure_future(self._send(batch))
+        self._tasks.add(task)  # keep a reference until it is done
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, batch: list[tuple[str, asyncio.Future[Any]]]) -> None:
+        try:
+            if len(batch) == 1:
+                replies: list[Any] = [await self.client.hgetall(batch[0][0])]
+            else:
+                pipe = self.client.pipeline(transaction=False)
+                for key, _ in batch:
+                    pipe.hgetall(key)
+                # Errors come back per command, so one bad key fails only its own request.
+                replies = await pipe.execute(raise_on_error=False)
+        except BaseException as exc:  # connection trouble: every caller gets it
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return
+        for (_, future), reply in zip(batch, replies):
+            if future.done():
+                continue
+            if isinstance(reply, BaseException):
+                future.set_exception(reply)
+            else:
+                future.set_result(reply)
+
+
 def parse_address(where: str, text: str, default_port: int) -> tuple[str, int]:
     """Split "host:port" ("[::1]:port", or a bare host) for a config key; ConfigError if malformed."""
     host, port = text, str(default_port)
@@ -64,6 +119,7 @@ class RedisBackend(UserBackend):
         self.retry_after: int = options["retry_after"]
         self.client: Redis | RedisCluster | None = None
         self._sentinel: Sentinel | None = None
+        self._batcher: HgetallBatcher | None = None
 
     @classmethod
     def from_config(cls, options: dict[str, Any], *, config_dir: str) -> "RedisBackend":
@@ -138,6 +194,9 @@ class RedisBackend(UserBackend):
     async def start(self) -> None:
         """Create this process's client (after any fork) and report whether Redis answers."""
         self.client = self._make_client()
+        # A cluster routes each key to its node itself; batch on one server (or Sentinel's master).
+        if not isinstance(self.client, RedisCluster):
+            self._batcher = HgetallBatcher(self.client)
         try:
             await self.check_health()
         except StoreUnavailable as exc:
@@ -148,6 +207,7 @@ class RedisBackend(UserBackend):
 
     async def close(self) -> None:
         client, sentinel, self.client, self._sentinel = self.client, self._sentinel, None, None
+        self._batcher = None
         if client is not None:
             await client.aclose()
         if sentinel is not None:
@@ -198,7 +258,10 @@ class RedisBackend(UserBackend):
         if key is None:
             return None
         with self._errors(key):
-            fields = await self._redis().hgetall(key)
+            if self._batcher is not None and self.client is not None:
+                fields = await self._batcher.hgetall(key)
+            else:
+                fields = await self._redis().hgetall(key)
         if not fields:
             return None
         try:
