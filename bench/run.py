@@ -562,7 +562,7 @@ def bench(args: argparse.Namespace, procs: Processes, tmp: Path) -> dict[str, An
                               note="(reference figure, not measured here)"))
 
     if args.redis:
-        targets += bench_redis(args, procs, tmp, hashed, floor, runs)
+        targets += bench_redis(args, procs, tmp, hashed, bare.pid, bare_base, runs)
     if args.processes:
         bench_processes(args, procs, tmp, users, hashed, runs)
     if args.target_url:
@@ -574,7 +574,7 @@ def bench(args: argparse.Namespace, procs: Processes, tmp: Path) -> dict[str, An
     return results | {"_targets": targets}
 
 
-def bench_redis(args: argparse.Namespace, procs: Processes, tmp: Path, hashed: str, floor: float,
+def bench_redis(args: argparse.Namespace, procs: Processes, tmp: Path, hashed: str, bare_pid: int, bare_base: str,
                 runs: dict[str, Any]) -> list[Target]:
     """Profile on the Redis backend, with a key prefix of its own that is deleted afterwards."""
     import redis
@@ -595,7 +595,10 @@ def bench_redis(args: argparse.Namespace, procs: Processes, tmp: Path, hashed: s
         print(f"redis backend ({url}, prefix {prefix}):", flush=True)
         hs, base, _, _ = start_homeserver(procs, tmp, "redis", tmp / "users.json", backend="redis", redis_section=section)
         try:
-            result = run_wrk("homeserver profile (redis)", base + PROFILE, args)
+            # The floor again, just before and after: minutes have passed since the first.
+            floors = [run_wrk("bare tornado /versions", bare_base + VERSIONS, args, pid=bare_pid)]
+            result = run_wrk("homeserver profile (redis)", base + PROFILE, args, pid=hs.pid)
+            floors.append(run_wrk("bare tornado /versions", bare_base + VERSIONS, args, pid=bare_pid))
         finally:
             procs.stop(hs)
     finally:
@@ -604,6 +607,8 @@ def bench_redis(args: argparse.Namespace, procs: Processes, tmp: Path, hashed: s
             client.delete(*keys)
         client.close()
     runs["profile_redis"] = [asdict(result)]
+    runs["bare_tornado_versions_around_redis"] = [asdict(f) for f in floors]
+    floor = statistics.mean(f.rps for f in floors)
     return [
         Target("redis profile / bare Tornado floor", result.rps / floor, 0.6, "x"),
         Target("redis profile errors", result.errors, 0, "count", higher_is_better=False),
@@ -621,7 +626,7 @@ def bench_processes(args: argparse.Namespace, procs: Processes, tmp: Path, users
         try:
             time.sleep(0.5)
             workers = len(descendants(hs.pid))
-            profile = run_wrk(f"profile, {n} process(es)", base + PROFILE, args)
+            profile = run_wrk(f"profile, {n} process(es)", base + PROFILE, args, pid=hs.pid)
             ceiling = cores / checkpw_seconds(hashed, args.checkpw_repeat)
             login = run_wrk(f"login, {n} process(es)", base + LOGIN, args,
                             connections=args.login_connections or 2 * cores * n, duration=args.login_duration,
