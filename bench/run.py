@@ -469,6 +469,8 @@ def bench(args: argparse.Namespace, procs: Processes, tmp: Path) -> dict[str, An
                 for name in best}
     errors = sum(r["non_2xx"] + r["socket_errors"] for name in best for r in runs[name])
 
+    if args.target_url:
+        bench_target(args, runs)
     if args.throughput_only:
         procs.stop(hs)
         targets += [
@@ -570,8 +572,6 @@ def bench(args: argparse.Namespace, procs: Processes, tmp: Path) -> dict[str, An
         targets += bench_redis(args, procs, tmp, hashed, bare.pid, bare_base, runs)
     if args.processes:
         bench_processes(args, procs, tmp, users, hashed, runs)
-    if args.target_url:
-        bench_target(args, runs)
 
     results["floor_rps"] = floor
     results["targets"] = [asdict(t) for t in targets]
