@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
@@ -85,13 +86,28 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False, default=str)
 
 
+class TextFormatter(logging.Formatter):
+    """The text format; the time of day is formatted once a second (it starts every access line)."""
+
+    _second: int = -1
+    _text: str = ""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        if datefmt is not None:
+            return super().formatTime(record, datefmt)
+        second = int(record.created)
+        if second != self._second:
+            self._second, self._text = second, time.strftime(self.default_time_format, self.converter(record.created))
+        return self.default_msec_format % (self._text, record.msecs)
+
+
 def setup_logging(level: str, fmt: str = "text") -> None:
     """Log to stderr at `level`, as text lines or one JSON object per line."""
     handler = logging.StreamHandler()
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s [%(process)d] %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter("%(asctime)s [%(process)d] %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
