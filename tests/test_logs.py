@@ -90,3 +90,16 @@ def test_setup_logging_replaces_handlers():
     finally:
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
+
+
+def test_text_format_time_is_the_standard_one():
+    """The per-second time cache gives exactly what logging.Formatter gives."""
+    import logging as _logging
+
+    from homeserver.logs import TextFormatter
+
+    fmt = "%(asctime)s %(message)s"
+    for created in (1_700_000_000.0, 1_700_000_000.999, 1_700_000_001.5, 1_700_000_000.25):
+        record = _logging.LogRecord("x", _logging.INFO, "", 0, "m", None, None)
+        record.created, record.msecs = created, (created - int(created)) * 1000
+        assert TextFormatter(fmt).format(record) == _logging.Formatter(fmt).format(record)
