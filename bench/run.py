@@ -686,11 +686,11 @@ def parse_args() -> argparse.Namespace:
 
 
 def main() -> int:
-    ensure_venv()
-    args = parse_args()
-    if shutil.which("wrk") is None:
+    if shutil.which("wrk") is None:  # before any venv set-up: say what is missing first
         print(f"wrk is not installed. Install it with:\n  {INSTALL_WRK}", file=sys.stderr)
         return 2
+    ensure_venv()
+    args = parse_args()
     procs = Processes()
     # SIGTERM takes the same clean-up path as Ctrl-C.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
