@@ -661,8 +661,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--duration", type=float, default=4, help="seconds measured per endpoint and round (default 4)")
     p.add_argument("--warmup", type=float, default=2, help="seconds of warm-up before each (default 2)")
     p.add_argument("--connections", type=int, default=50, help="wrk connections, one thread (default 50, as for Synapse)")
-    p.add_argument("--rounds", type=int, default=2,
-                   help="interleaved rounds of the throughput runs, averaged (default 2: load drift hits all alike)")
+    p.add_argument("--rounds", type=int, default=4,
+                   help="interleaved rounds of the throughput runs, averaged (default 4: load drift hits all "
+                        "alike, and two rounds left the ratios within +-0.1 of noise on 2 cores)")
     p.add_argument("--login-duration", type=float, default=10, help="seconds of the login run (default 10)")
     p.add_argument("--probe-connections", type=int, default=10,
                    help="connections of the /versions latency probe during the login flood (default 10)")
