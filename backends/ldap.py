@@ -56,6 +56,10 @@ class DirectoryFault(Exception):
     """The directory could not be reached or answered with an error (inside a worker)."""
 
 
+class _ConnectionLost(DirectoryFault):
+    """The connection failed mid-operation; on a reused connection, worth one retry."""
+
+
 @dataclass(frozen=True, slots=True)
 class LdapUser(User):
     """A user found in the directory, remembering its entry's DN for bind mode."""
@@ -365,18 +369,17 @@ class LdapBackend(UserBackend):
         if conn is None:
             conn = self._open_slot(slot)
         try:
-            return op(conn)
-        except DirectoryFault:
-            self._drop(slot, conn)
-            raise
-        except (LDAPException, OSError) as exc:
-            self._drop(slot, conn)
+            return self._attempt(slot, conn, op)
+        except _ConnectionLost as lost:
             # A reused connection may simply be stale (directory restarted, idle
             # timeout); one retry on a new connection tells that from an outage.
             if not reused or time.monotonic() >= deadline:
-                raise DirectoryFault(_why(exc)) from None
-            logger.info("LDAP connection lost (%s); reconnecting", _why(exc))
-        conn = self._open_slot(slot)
+                raise
+            logger.info("LDAP connection lost (%s); reconnecting", lost)
+        return self._attempt(slot, self._open_slot(slot), op)
+
+    def _attempt(self, slot: str, conn: ldap3.Connection, op: Callable[[ldap3.Connection], T]) -> T:
+        """Run `op` on `conn`; on any failure drop the connection and raise a DirectoryFault."""
         try:
             return op(conn)
         except DirectoryFault:
@@ -384,7 +387,7 @@ class LdapBackend(UserBackend):
             raise
         except (LDAPException, OSError) as exc:
             self._drop(slot, conn)
-            raise DirectoryFault(_why(exc)) from None
+            raise _ConnectionLost(_why(exc)) from None
 
     def _open_slot(self, slot: str) -> ldap3.Connection:
         conn = self._connect(service=slot == "service")
