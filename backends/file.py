@@ -177,11 +177,6 @@ class FileBackend(UserBackend):
         self.signature = signature
         self._bad_signature = _UNSET
 
-    def load(self) -> None:
-        """Read the file now, blocking; ConfigError when it is missing or malformed."""
-        self._install(file_signature(self.path), read_users_file(self.path))
-        logger.info("loaded %d users from %s", len(self.users), self.path)
-
     async def start(self) -> None:
         """Load the file (a start-up error if it is bad), then poll it if configured."""
         signature, users = await asyncio.get_running_loop().run_in_executor(None, read_versioned, self.path)

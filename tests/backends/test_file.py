@@ -32,16 +32,16 @@ def write(path, document):
         ({"users": [record("ann"), record("ann")]}, "record 1 ('ann'): duplicate name"),
     ],
 )
-def test_malformed_files_are_start_up_errors_naming_the_record(tmp_path, document, needle):
+async def test_malformed_files_are_start_up_errors_naming_the_record(tmp_path, document, needle):
     backend = FileBackend(write(tmp_path / "users.json", document))
     with pytest.raises(ConfigError) as info:
-        backend.load()
+        await backend.start()
     assert needle in str(info.value) and "\n" not in str(info.value)
 
 
-def test_missing_file_names_the_key(tmp_path):
+async def test_missing_file_names_the_key(tmp_path):
     with pytest.raises(ConfigError, match=r"^backend\.file\.path: users file .* not found"):
-        FileBackend(str(tmp_path / "nope.json")).load()
+        await FileBackend(str(tmp_path / "nope.json")).start()
 
 
 def test_fold_index_keeps_only_unambiguous_names():
