@@ -5,10 +5,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from backends.base import User, UserBackend, UserExists
-from homeserver.errors import ConfigError
+from backends.base import ConfigError, User, UserBackend, UserExists
 
-__all__ = ["User", "UserBackend", "UserExists", "register", "known", "create_backend"]
+__all__ = ["ConfigError", "User", "UserBackend", "UserExists", "register", "known", "create_backend"]
 
 # Built-in backends as "module:Class", so Redis and LDAP clients load only when chosen.
 _registry: dict[str, type[UserBackend] | str] = {

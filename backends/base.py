@@ -33,7 +33,7 @@ class UserBackend(abc.ABC):
     def from_config(cls, options: dict[str, Any], *, config_dir: str) -> "UserBackend":
         """Build the backend from its validated `[backend.<name>]` section.
 
-        Raise `homeserver.errors.ConfigError` for a start-up problem (missing file,
+        Raise `ConfigError` for a start-up problem (missing file,
         malformed data), naming the key or the record.
         """
 
@@ -66,3 +66,19 @@ class UserBackend(abc.ABC):
 
 class UserExists(Exception):
     """add_user found the name taken and was not asked to overwrite."""
+
+
+class StoreUnavailable(Exception):
+    """The user store cannot be reached or timed out; answered with 503 and Retry-After."""
+
+    def __init__(self, message: str = "User store unavailable", retry_after: int = 5) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class StoreDataError(Exception):
+    """A record in the user store is malformed; an operator error answered with 500."""
+
+
+class ConfigError(Exception):
+    """A start-up configuration problem, reported as one line naming the key."""

@@ -13,8 +13,7 @@ from typing import Any, Iterator
 
 from tornado.ioloop import PeriodicCallback
 
-from backends.base import User, UserBackend, UserExists
-from homeserver.errors import ConfigError
+from backends.base import ConfigError, User, UserBackend, UserExists
 
 logger = logging.getLogger(__name__)
 

@@ -23,8 +23,7 @@ from ldap3.core.exceptions import LDAPException, LDAPInvalidFilterError
 from ldap3.operation.search import parse_filter
 from ldap3.utils.conv import escape_filter_chars
 
-from backends.base import User, UserBackend
-from homeserver.errors import ConfigError, StoreDataError, StoreUnavailable
+from backends.base import ConfigError, StoreDataError, StoreUnavailable, User, UserBackend
 
 logger = logging.getLogger(__name__)
 

@@ -16,8 +16,7 @@ from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
-from backends.base import User, UserBackend, UserExists
-from homeserver.errors import ConfigError, StoreDataError, StoreUnavailable
+from backends.base import ConfigError, StoreDataError, StoreUnavailable, User, UserBackend, UserExists
 
 logger = logging.getLogger(__name__)
 

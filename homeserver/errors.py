@@ -4,6 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+# The store layer's exceptions; the service maps them to Matrix errors (store_unavailable).
+from backends.base import ConfigError, StoreDataError, StoreUnavailable
+
+__all__ = [
+    "ConfigError",
+    "MatrixError",
+    "StoreDataError",
+    "StoreUnavailable",
+    "invalid_param",
+    "missing_param",
+    "store_unavailable",
+    "unknown_token",
+]
+
 
 class MatrixError(Exception):
     """An error with an HTTP status, a Matrix errcode and a human-readable message."""
@@ -27,22 +41,6 @@ class MatrixError(Exception):
     def body(self) -> dict[str, Any]:
         """Return the Matrix error body: errcode and error always, then any extra keys."""
         return {"errcode": self.errcode, "error": self.message, **self.extra}
-
-
-class StoreUnavailable(Exception):
-    """The user store cannot be reached or timed out; answered with 503 and Retry-After."""
-
-    def __init__(self, message: str = "User store unavailable", retry_after: int = 5) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-class StoreDataError(Exception):
-    """A record in the user store is malformed; an operator error answered with 500."""
-
-
-class ConfigError(Exception):
-    """A start-up configuration problem, reported as one line naming the key."""
 
 
 def missing_param(name: str) -> MatrixError:
