@@ -56,6 +56,10 @@ class UserBackend(abc.ABC):
     async def check_health(self) -> None:
         """Raise `StoreUnavailable` when the store cannot answer right now."""
 
+    async def reload(self) -> bool:
+        """Read the store again where the backend holds a copy (SIGHUP); True if it did."""
+        return False
+
     async def add_user(self, user: User, *, overwrite: bool = False) -> None:
         """Provision a user (the CLI's add-user; never called while serving)."""
         raise NotImplementedError(f"the {self.name} backend cannot add users")

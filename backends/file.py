@@ -166,7 +166,7 @@ class FileBackend(UserBackend):
         path = options["path"]
         return cls(
             path if os.path.isabs(path) else os.path.join(config_dir, path),
-            reload_interval=options.get("reload_interval", 0.0),
+            reload_interval=options["reload_interval"],
         )
 
     def _install(self, signature: Signature | None, users: dict[str, User]) -> None:

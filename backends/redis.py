@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 from typing import Any, Iterator
 
 from redis.asyncio import BlockingConnectionPool, Redis
@@ -19,11 +18,6 @@ from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from backends.base import ConfigError, StoreDataError, StoreUnavailable, User, UserBackend, UserExists
 
 logger = logging.getLogger(__name__)
-
-# User input becomes part of a key: refuse what no account name can be, so a request
-# never builds an odd key (control characters, megabyte-long names).
-MAX_NAME_BYTES = 255
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 # Create or replace the user's hash in one step, so concurrent add-user runs cannot
 # both "win" and an overwrite never leaves fields of the old record behind.
@@ -231,14 +225,9 @@ class RedisBackend(UserBackend):
 
     # -- users --------------------------------------------------------------------
 
-    def key(self, name: str) -> str | None:
-        """Return the hash key for `name`, or None for a name no account can have."""
-        try:
-            size = len(name.encode("utf-8"))
-        except UnicodeEncodeError:  # lone surrogates from JSON "\ud800"
-            return None
-        if not 0 < size <= MAX_NAME_BYTES or _CONTROL.search(name):
-            return None
+    def key(self, name: str) -> str:
+        """The hash key of `name`. The service never passes a name no account can have
+        (homeserver.names.possible_name), so no odd key is ever built."""
         return self.key_prefix + name
 
     async def check_health(self) -> None:
@@ -254,8 +243,6 @@ class RedisBackend(UserBackend):
 
     async def _lookup(self, name: str) -> User | None:
         key = self.key(name)
-        if key is None:
-            return None
         with self._errors(key):
             if self._batcher is not None and self.client is not None:
                 fields = await self._batcher.hgetall(key)
@@ -280,8 +267,6 @@ class RedisBackend(UserBackend):
 
     async def add_user(self, user: User, *, overwrite: bool = False) -> None:
         key = self.key(user.name)
-        if key is None:
-            raise ValueError(f"invalid user name {user.name!r}")
         if self.client is None:  # the CLI provisions without serving
             self.client = self._make_client()
         fields = {"password": user.password or "", "ident": user.ident}

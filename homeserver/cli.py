@@ -63,7 +63,7 @@ def cmd_hash_password(args: argparse.Namespace) -> int:
 
 
 def cmd_add_user(args: argparse.Namespace) -> int:
-    from homeserver.app import create_backend
+    from homeserver.context import create_backend
 
     if not NAME_RE.fullmatch(args.name):
         raise CommandError(f"invalid name {args.name!r}: use only a-z, 0-9 and . _ = - / +")

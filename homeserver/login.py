@@ -6,11 +6,13 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from backends.base import User, UserBackend
+from backends.base import User
 from homeserver.errors import MatrixError, invalid_param, missing_param
+from homeserver.names import local_name, user_id
 from homeserver.passwords import HashDecodeError, Overloaded, PasswordChecker, decode_stored
 from homeserver.ratelimit import LoginLimits
 from homeserver.tokens import TokenIssuer
+from homeserver.users import Users
 
 logger = logging.getLogger(__name__)
 
@@ -19,6 +21,14 @@ DEFAULT_DEVICE_ID = "DUMMY"
 MAX_DEVICE_ID = 512
 UNKNOWN_USER = "Invalid username"
 BAD_PASSWORD = "Invalid username or password"
+
+
+class LoginRefused(MatrixError):
+    """Rule 3 or 5's 403, carrying the outcome the metrics count it as."""
+
+    def __init__(self, message: str, outcome: str) -> None:
+        super().__init__(403, "M_FORBIDDEN", message)
+        self.outcome = outcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,11 +78,7 @@ def parse_login(body: dict[str, Any], server_name: str) -> LoginRequest:
         raise invalid_param("device_id", f"a string of 1 to {MAX_DEVICE_ID} characters")
 
     # A full user ID of this server is reduced to its name; any other text is a name.
-    if user.startswith("@") and ":" in user:
-        localpart, _, domain = user[1:].partition(":")
-        if domain == server_name:
-            user = localpart
-    return LoginRequest(user=user, password=password, device_id=device_id or DEFAULT_DEVICE_ID)
+    return LoginRequest(user=local_name(user, server_name), password=password, device_id=device_id or DEFAULT_DEVICE_ID)
 
 
 def _make_token(tokens: TokenIssuer, name: str, device_id: str) -> str:
@@ -91,7 +97,7 @@ def _decoding_failed(user: User, why: str) -> MatrixError:
 async def login(
     request: LoginRequest,
     *,
-    backend: UserBackend,
+    users: Users,
     tokens: TokenIssuer,
     checker: PasswordChecker,
     server_name: str,
@@ -106,15 +112,15 @@ async def login(
     token = _make_token(tokens, request.user, request.device_id)
 
     # Rule 3: exact name first, then a case-insensitive match (Complement logs in upper case).
-    user = await backend.get_user(request.user, case_insensitive=True)
+    user = await users.get(request.user, case_insensitive=True)
     if user is None:
         if limits is not None:
             limits.record_failure(request.user)
-        raise MatrixError(403, "M_FORBIDDEN", UNKNOWN_USER)
+        raise LoginRefused(UNKNOWN_USER, "unknown_user")
     if user.name != request.user:
         token = _make_token(tokens, user.name, request.device_id)
 
-    verdict = await backend.verify_password(user, request.password)
+    verdict = await users.verify_password(user, request.password)
     if verdict is None:
         # Rule 4: the stored text is the hex form of the bcrypt hash.
         if user.password is None:
@@ -139,11 +145,11 @@ async def login(
     if not verdict:
         if limits is not None:
             limits.record_failure(request.user)
-        raise MatrixError(403, "M_FORBIDDEN", BAD_PASSWORD)
+        raise LoginRefused(BAD_PASSWORD, "bad_password")
 
     # Rule 6.
     return {
-        "user_id": f"@{user.name}:{server_name}",
+        "user_id": user_id(user.name, server_name),
         "access_token": token,
         "home_server": server_name,
         "device_id": request.device_id,
@@ -154,11 +160,11 @@ def login_outcome(error: BaseException | None) -> str:
     """Name a login's outcome for the metrics: success, unknown_user, bad_password, ..."""
     if error is None:
         return "success"
+    if isinstance(error, LoginRefused):
+        return error.outcome
     if isinstance(error, MatrixError):
         if error.status == 429:
             return "rate_limited"
-        if error.errcode == "M_FORBIDDEN":
-            return "unknown_user" if error.message == UNKNOWN_USER else "bad_password"
         if error.status < 500 and error.status != 403:
             return "bad_request"
     return "error"

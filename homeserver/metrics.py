@@ -92,11 +92,6 @@ class InstrumentedBackend(UserBackend):
             op: metrics.backend_errors.labels(inner.name, op) for op in ("get_user", "verify_password", "check_health")
         }
 
-    def __getattr__(self, name: str) -> Any:
-        # Anything a backend offers beyond the interface (FileBackend.reload, say) stays
-        # reachable through the wrapper.
-        return getattr(self.inner, name)
-
     @classmethod
     def from_config(cls, options: dict[str, Any], *, config_dir: str) -> "InstrumentedBackend":
         raise TypeError("InstrumentedBackend wraps a built backend; it is not configured directly")
@@ -134,6 +129,9 @@ class InstrumentedBackend(UserBackend):
             failed = False
         finally:
             self._done("check_health", started, failed)
+
+    async def reload(self) -> bool:
+        return await self.inner.reload()
 
     async def add_user(self, user: User, *, overwrite: bool = False) -> None:
         await self.inner.add_user(user, overwrite=overwrite)

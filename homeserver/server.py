@@ -12,8 +12,9 @@ from typing import Any, Coroutine
 from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
-from homeserver.app import HomeServer, build_homeserver, create_backend, make_app, make_metrics_app
+from homeserver.app import make_app, make_metrics_app
 from homeserver.config import Config
+from homeserver.context import HomeServer, build_homeserver, create_backend
 from homeserver.drain import InFlight
 from homeserver.errors import ConfigError
 from homeserver.tokens import load_secret
@@ -92,12 +93,11 @@ async def serve(config: Config, sockets: list[socket.socket] | None = None, work
     await backend.start()
     hs = build_homeserver(config, backend)
     server_cfg = config.section("server")
-    inflight = InFlight()
     # The login handler streams its body and answers 413 itself; this bound only caps
     # what any other handler buffers before it is thrown away.
     limit = max(4 * server_cfg["max_body_size"], 1 << 20)
     server = HTTPServer(
-        make_app(hs, inflight),
+        make_app(hs),
         max_body_size=limit,
         max_buffer_size=limit,
         # Idle keep-alive connections, and clients sending headers slowly, are dropped;
@@ -117,17 +117,19 @@ async def serve(config: Config, sockets: list[socket.socket] | None = None, work
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    reload = getattr(hs.backend, "reload", None)
-    if reload is not None:
-        loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(reload()))
-    else:
-        loop.add_signal_handler(signal.SIGHUP, lambda: logger.info("SIGHUP: nothing to reload"))
+    loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(reload_users(hs)))
     await stop.wait()
     # A second SIGTERM/SIGINT (Ctrl-C again) cuts the drain short.
     hurry = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, hurry.set)
-    await shutdown(hs, server, inflight, server_cfg["drain_timeout"], metrics_server, hurry)
+    await shutdown(hs, server, hs.inflight, server_cfg["drain_timeout"], metrics_server, hurry)
+
+
+async def reload_users(hs: HomeServer) -> None:
+    """SIGHUP: read the user store again where the backend keeps a copy (the users file)."""
+    if not await hs.backend.reload():
+        logger.info("SIGHUP: nothing reloaded (backend %s)", hs.backend.name)
 
 
 def start_metrics_server(hs: HomeServer, worker: int) -> HTTPServer | None:

@@ -11,7 +11,8 @@ from typing import Any, Awaitable, Callable
 
 import pytest
 
-from homeserver.app import build_homeserver, create_backend, make_app
+from homeserver.app import make_app
+from homeserver.context import build_homeserver, create_backend
 from homeserver.config import Config, build_config
 from tests.helpers import DEFAULT_USERS, JWT_SECRET, Response, assert_json
 

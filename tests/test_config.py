@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-from homeserver.app import create_backend
+from homeserver.context import create_backend
 from homeserver.config import DEFAULT_CONFIG, build_config, load_config
 from homeserver.errors import ConfigError
 

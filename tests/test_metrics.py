@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from homeserver.app import build_homeserver, make_app, make_metrics_app
+from homeserver.app import make_app, make_metrics_app
+from homeserver.context import build_homeserver
 from homeserver.errors import StoreUnavailable
 from tests.helpers import assert_error, assert_json
 
@@ -96,3 +97,17 @@ def test_separate_port_keeps_metrics_off_the_main_app(make_config):
         hs.checker.close()
     assert not any("metrics" in p for p in main_paths)
     assert any("metrics" in p for p in metrics_paths)
+
+
+def test_login_outcomes_come_from_the_error_kind_not_its_text():
+    from homeserver.errors import MatrixError
+    from homeserver.login import BAD_PASSWORD, UNKNOWN_USER, LoginRefused, login_outcome
+
+    assert login_outcome(None) == "success"
+    assert login_outcome(LoginRefused(UNKNOWN_USER, "unknown_user")) == "unknown_user"
+    assert login_outcome(LoginRefused(BAD_PASSWORD, "bad_password")) == "bad_password"
+    # A 403 with the same text that is not a refusal of rule 3 or 5 is not counted as one.
+    assert login_outcome(MatrixError(403, "M_FORBIDDEN", UNKNOWN_USER)) == "error"
+    assert login_outcome(MatrixError(429, "M_LIMIT_EXCEEDED", "x")) == "rate_limited"
+    assert login_outcome(MatrixError(400, "M_NOT_JSON", "x")) == "bad_request"
+    assert login_outcome(RuntimeError()) == "error"

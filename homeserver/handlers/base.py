@@ -2,29 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import tornado
 from tornado import httputil
 from tornado.web import HTTPError, RequestHandler
 
-from backends.base import User
-from homeserver.errors import (
-    MatrixError,
-    StoreDataError,
-    StoreUnavailable,
-    store_unavailable,
-    unknown_token,
-)
+from homeserver.auth import Requester
+from homeserver.context import HomeServer
+from homeserver.errors import MatrixError, StoreDataError, StoreUnavailable, store_unavailable, unknown_token
+from homeserver.jsonio import encode_json
 from homeserver.logs import scrub_uri
-from homeserver.tokens import TokenError
-
-if TYPE_CHECKING:
-    from homeserver.app import HomeServer
 
 logger = logging.getLogger(__name__)
 
@@ -47,51 +37,23 @@ def _http_date() -> str:
     return _date[1]
 
 
-def encode_json(value: Any) -> bytes:
-    """Serialise compactly as UTF-8; the Content-Type is set once, exactly, by the handler."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def decode_json_object(body: bytes) -> dict[str, Any]:
-    """Parse a request body as a JSON object; M_NOT_JSON / M_BAD_JSON otherwise."""
-    try:
-        value = json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise MatrixError(400, "M_NOT_JSON", "Content not JSON.") from None
-    if not isinstance(value, dict):
-        raise MatrixError(400, "M_BAD_JSON", "Content must be a JSON object.")
-    return value
-
-
-@dataclass(frozen=True, slots=True)
-class Requester:
-    """The authenticated user of a request, from a verified access token."""
-
-    user: User
-    user_id: str
-    device_id: str
-
-
 class BaseHandler(RequestHandler):
     """Every handler's base: no HTML, no charset suffix, CORS everywhere, OPTIONS answered."""
 
     requester: Requester | None = None
     _client_ip: str | None = None
 
+    @property
+    def hs(self) -> HomeServer:
+        """The server's parts (homeserver.context): every handler's one door to them."""
+        return self.application.settings["homeserver"]
+
     def initialize(self) -> None:
         # Track the request so a graceful shutdown waits for it (see homeserver.drain).
-        inflight = self.settings.get("inflight")
-        if inflight is not None:
-            inflight.add(self)
+        self.hs.inflight.add(self)
 
     def _untrack(self) -> None:
-        inflight = self.settings.get("inflight")
-        if inflight is not None:
-            inflight.discard(self)
+        self.hs.inflight.discard(self)
 
     def on_finish(self) -> None:
         self._untrack()
@@ -101,15 +63,10 @@ class BaseHandler(RequestHandler):
         self._untrack()
 
     @property
-    def hs(self) -> "HomeServer":
-        return self.application.settings["homeserver"]
-
-    @property
     def client_ip(self) -> str:
         """The client's address: the peer, or X-Forwarded-For from a trusted proxy."""
         if self._client_ip is None:
-            resolve = self.settings.get("client_address")
-            self._client_ip = resolve(self.request) if resolve is not None else (self.request.remote_ip or "")
+            self._client_ip = self.hs.client_address(self.request)
         return self._client_ip
 
     def clear(self) -> None:
@@ -128,8 +85,7 @@ class BaseHandler(RequestHandler):
         for name, value in CORS_HEADERS:
             headers[name] = value
         headers["Content-Type"] = JSON_TYPE
-        inflight = self.settings.get("inflight")
-        if inflight is not None and inflight.draining:
+        if self.hs.inflight.draining:
             # Shutting down: clients should not send more on this connection.
             headers["Connection"] = "close"
 
@@ -196,10 +152,7 @@ class BaseHandler(RequestHandler):
             "uncaught exception in %s %s", self.request.method, scrub_uri(self.request.uri or ""), exc_info=(typ, value, tb)
         )
 
-    # -- request bodies and tokens ----------------------------------------------------
-
-    def json_body(self) -> dict[str, Any]:
-        return decode_json_object(self.request.body)
+    # -- access tokens ----------------------------------------------------
 
     def access_token(self) -> str:
         """Take the token from `Authorization: Bearer` or the `access_token` query parameter."""
@@ -227,18 +180,8 @@ class BaseHandler(RequestHandler):
         raise MatrixError(401, "M_MISSING_TOKEN", "Missing access token.")
 
     async def authenticate(self) -> Requester:
-        """Verify the access token and that its user still exists; sets `self.requester`."""
-        token = self.access_token()
-        try:
-            claims = self.hs.tokens.verify(token)
-        except TokenError:
-            raise unknown_token() from None
-        user = await self.hs.backend.get_user(claims.name)
-        if user is None:
-            raise unknown_token()
-        self.requester = Requester(
-            user=user, user_id=f"@{user.name}:{self.hs.server_name}", device_id=claims.device_id
-        )
+        """Authenticate the request's access token (homeserver.auth); sets `self.requester`."""
+        self.requester = await self.hs.auth.requester(self.access_token())
         return self.requester
 
 

@@ -20,8 +20,7 @@ class ReadinessHandler(BaseHandler):
     """Ready for traffic: the store answers and no shutdown is under way; else 503."""
 
     async def get(self) -> None:
-        inflight = self.settings.get("inflight")
-        if inflight is not None and inflight.draining:
+        if self.hs.inflight.draining:
             raise MatrixError(503, "M_UNKNOWN", "Shutting down", headers={"Retry-After": "5"})
         await self.hs.backend.check_health()
         self.write_json({"status": "ready"})
@@ -31,7 +30,7 @@ class MetricsHandler(BaseHandler):
     """Prometheus exposition of this process's metrics."""
 
     def get(self) -> None:
-        body, content_type = self.settings["metrics"].render(self.request.headers.get("Accept"))
+        body, content_type = self.hs.metrics.render(self.request.headers.get("Accept"))
         self.set_header("Content-Type", content_type)
         self.finish(body)
 

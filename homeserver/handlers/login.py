@@ -7,7 +7,8 @@ from typing import Any
 from tornado.web import stream_request_body
 
 from homeserver.errors import MatrixError
-from homeserver.handlers.base import BaseHandler, decode_json_object
+from homeserver.handlers.base import BaseHandler
+from homeserver.jsonio import decode_json_object
 from homeserver.login import login, login_outcome, parse_login
 
 
@@ -58,7 +59,7 @@ class LoginHandler(BaseHandler):
         request = parse_login(body, self.hs.server_name)
         return await login(
             request,
-            backend=self.hs.backend,
+            users=self.hs.users,
             tokens=self.hs.tokens,
             checker=self.hs.checker,
             server_name=self.hs.server_name,

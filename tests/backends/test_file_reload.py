@@ -116,7 +116,7 @@ async def test_close_stops_polling(users_path):
 
 
 def test_reload_interval_comes_from_config(make_config):
-    from homeserver.app import create_backend
+    from homeserver.context import create_backend
 
     backend = create_backend(make_config({"backend.file": {"reload_interval": 2.5}}))
     assert backend.reload_interval == 2.5

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from backends.ldap import LdapUser, _check_filter, _first_text, password_text, valid_name
-from homeserver.app import create_backend
+from homeserver.context import create_backend
 from homeserver.errors import ConfigError, StoreUnavailable
-from tests.backends.slapd import PEOPLE, READER_DN, READER_PASSWORD, SUFFIX, free_port, slapd  # noqa: F401
+from tests.backends.slapd import PEOPLE, READER_DN, READER_PASSWORD, SUFFIX, free_port
 from tests.helpers import assert_error, assert_json
 
 LOGIN = "/_matrix/client/v3/login"

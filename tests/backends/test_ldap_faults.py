@@ -8,7 +8,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from homeserver.app import create_backend
+from homeserver.context import create_backend
 from homeserver.errors import StoreUnavailable
 from tests.backends.slapd import READER_DN, READER_PASSWORD, SUFFIX, Slapd, directory_ldif, running_slapd
 from tests.helpers import assert_error, assert_json

@@ -9,7 +9,7 @@ import pytest
 from backends.redis import RedisBackend, parse_address
 from homeserver.config import build_config
 from homeserver.errors import ConfigError
-from tests.backends.redis_servers import redis_overrides, redis_url, store  # noqa: F401 (fixtures)
+from tests.backends.redis_servers import redis_overrides
 from tests.backends.test_redis_parity import LOGIN, PROFILE, WHOAMI, login_body
 from tests.helpers import assert_error, assert_json, record
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from homeserver.errors import StoreDataError
-from tests.backends.redis_servers import redis_overrides, redis_url, store  # noqa: F401 (fixtures)
+from tests.backends.redis_servers import redis_overrides
 from tests.helpers import record
 
 

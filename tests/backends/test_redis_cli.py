@@ -12,7 +12,7 @@ import bcrypt
 import pytest
 
 from homeserver import cli
-from tests.backends.redis_servers import free_port, redis_url, store  # noqa: F401 (fixtures)
+from tests.backends.redis_servers import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -9,7 +9,7 @@ import pytest
 
 from backends.redis import RedisBackend
 from homeserver.errors import StoreUnavailable
-from tests.backends.redis_servers import make_store, redis_overrides, redis_server  # noqa: F401 (fixtures)
+from tests.backends.redis_servers import make_store, redis_overrides
 from tests.backends.test_redis_parity import CAPABILITIES, LOGIN, PROFILE, WHOAMI, login_body
 from tests.helpers import assert_error, assert_json
 

@@ -11,12 +11,7 @@ import redis.cluster
 
 from backends.base import User, UserExists
 from homeserver.errors import StoreDataError
-from tests.backends.redis_servers import (  # noqa: F401 (fixtures)
-    Store,
-    make_store,
-    redis_cluster,
-    sentinel_setup,
-)
+from tests.backends.redis_servers import Store, make_store
 from tests.backends.test_redis_faults import FAULT_BOUND
 from tests.backends.test_redis_parity import LOGIN, PROFILE, WHOAMI, login_body
 from tests.helpers import assert_error, assert_json, record

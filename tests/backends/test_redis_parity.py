@@ -6,7 +6,7 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.backends.redis_servers import redis_overrides, redis_url, store  # noqa: F401 (fixtures)
+from tests.backends.redis_servers import redis_overrides
 from tests.helpers import DEFAULT_USERS, assert_error, assert_json, record
 
 LOGIN = "/_matrix/client/v3/login"

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.backends.redis_servers import free_port, redis_url, store, wait_until  # noqa: F401 (fixtures)
+from tests.backends.redis_servers import free_port, wait_until
 from tests.helpers import JWT_SECRET
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

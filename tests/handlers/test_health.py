@@ -31,7 +31,7 @@ async def test_not_ready_when_the_store_is_down(fetch, backend, monkeypatch):
 
 
 async def test_not_ready_while_draining(fetch, app):
-    app.settings["inflight"].draining = True
+    app.settings["homeserver"].inflight.draining = True
     resp = await fetch("/health/ready")
     assert_error(resp, 503, "M_UNKNOWN")
     assert resp.headers["Connection"] == "close"

@@ -1,0 +1,88 @@
+"""The server's parts, built once from the config: what every handler reaches through `self.hs`."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import backends
+from backends.base import UserBackend
+from homeserver.auth import Auth
+from homeserver.config import Config
+from homeserver.documents import Documents
+from homeserver.drain import InFlight
+from homeserver.metrics import InstrumentedBackend, Metrics
+from homeserver.passwords import PasswordChecker
+from homeserver.proxies import ClientAddress
+from homeserver.ratelimit import LoginLimits
+from homeserver.tokens import TokenIssuer, load_secret
+from homeserver.users import Users
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class HomeServer:
+    """Config, the user store, tokens and auth, the password pool, documents, limits, metrics."""
+
+    config: Config
+    backend: UserBackend
+    tokens: TokenIssuer
+    checker: PasswordChecker
+    documents: Documents
+    limits: LoginLimits = field(default_factory=LoginLimits)
+    metrics: Metrics | None = None
+    # Requests in flight, so a graceful shutdown can wait for them (homeserver.drain).
+    inflight: InFlight = field(default_factory=InFlight)
+    # Resolves a request's client address (X-Forwarded-For only from trusted proxies).
+    client_address: ClientAddress = field(default_factory=ClientAddress)
+    users: Users = field(init=False)
+    auth: Auth = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.users = Users(self.backend)
+        self.auth = Auth(self.tokens, self.users, self.server_name)
+
+    @property
+    def server_name(self) -> str:
+        return self.config.get("server", "server_name")
+
+    @property
+    def max_body_size(self) -> int:
+        return self.config.get("server", "max_body_size")
+
+    async def close(self) -> None:
+        await self.backend.close()
+        self.checker.close()
+
+
+def create_backend(config: Config) -> UserBackend:
+    """Build (not start) the user backend `[backend] type` names, from its sections."""
+    name = config.get("backend", "type")
+    options = dict(config.sections.get(f"backend.{name}", {}))
+    # Sub-tables such as [backend.ldap.attributes] arrive as nested dicts.
+    prefix = f"backend.{name}."
+    for section, values in config.sections.items():
+        if section.startswith(prefix):
+            options[section[len(prefix):]] = dict(values)
+    return backends.create_backend(name, options, config_dir=config.config_dir)
+
+
+def build_homeserver(config: Config, backend: UserBackend | None = None) -> HomeServer:
+    """Assemble the context; the backend is started separately (`await backend.start()`)."""
+    backend = backend if backend is not None else create_backend(config)
+    metrics = Metrics() if config.get("metrics", "enabled") else None
+    if metrics is not None:
+        backend = InstrumentedBackend(backend, metrics)
+    return HomeServer(
+        config=config,
+        backend=backend,
+        tokens=TokenIssuer(load_secret(config), config.get("auth", "token_lifetime")),
+        checker=PasswordChecker(
+            config.get("auth", "bcrypt_workers"), config.get("auth", "max_pending_logins")
+        ),
+        documents=Documents.from_config(config),
+        limits=LoginLimits.from_config(config.section("rate_limit")),
+        metrics=metrics,
+        client_address=ClientAddress(config.get("server", "trusted_proxies")),
+    )

@@ -1,0 +1,28 @@
+"""JSON in and out: compact UTF-8 responses, strict request bodies."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from homeserver.errors import MatrixError
+
+
+def encode_json(value: Any) -> bytes:
+    """Serialise compactly as UTF-8; the Content-Type is set once, exactly, by the handler."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def decode_json_object(body: bytes) -> dict[str, Any]:
+    """Parse a request body as a JSON object; M_NOT_JSON / M_BAD_JSON otherwise."""
+    try:
+        value = json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise MatrixError(400, "M_NOT_JSON", "Content not JSON.") from None
+    if not isinstance(value, dict):
+        raise MatrixError(400, "M_BAD_JSON", "Content must be a JSON object.")
+    return value
