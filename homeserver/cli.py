@@ -12,6 +12,7 @@ from typing import Sequence
 from backends.base import User, UserExists
 from homeserver.config import Config, load_config
 from homeserver.errors import ConfigError, StoreUnavailable
+from homeserver.names import MAX_USER_ID_BYTES, user_id
 from homeserver.logs import setup_logging
 from homeserver.passwords import hash_password
 
@@ -70,8 +71,8 @@ def cmd_add_user(args: argparse.Namespace) -> int:
     if not args.ident:
         raise CommandError("--ident must not be empty")
     config = load_config(args.config)
-    if len(f"@{args.name}:{config.get('server', 'server_name')}".encode()) > 255:
-        raise CommandError("the user ID would be longer than 255 bytes")
+    if len(user_id(args.name, config.get("server", "server_name")).encode()) > MAX_USER_ID_BYTES:
+        raise CommandError(f"the user ID would be longer than {MAX_USER_ID_BYTES} bytes")
     password = hash_password(read_password(), args.rounds or config.get("auth", "bcrypt_rounds"))
     user = User(
         name=args.name,
@@ -94,7 +95,7 @@ def cmd_add_user(args: argparse.Namespace) -> int:
         raise CommandError(f"user {args.name!r} exists already (use --overwrite to replace it)") from None
     except NotImplementedError as exc:
         raise CommandError(f"{exc}; add users with your directory's own tools") from None
-    print(f"added @{args.name}:{config.get('server', 'server_name')}")
+    print(f"added {user_id(args.name, config.get('server', 'server_name'))}")
     return 0
 
 
