@@ -1,0 +1,56 @@
+"""One bounded request-body reader for every handler that takes a body."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tornado.web import stream_request_body
+
+from homeserver.errors import MatrixError
+from homeserver.handlers.base import BaseHandler
+from homeserver.jsonio import decode_json_object
+
+BODY_METHODS = ("POST", "PUT", "DELETE", "PATCH")
+
+
+def too_large(limit: int) -> MatrixError:
+    return MatrixError(413, "M_TOO_LARGE", f"Request body is larger than {limit} bytes")
+
+
+@stream_request_body
+class BodyHandler(BaseHandler):
+    """Streams the body so one over `[server] max_body_size` gets 413 M_TOO_LARGE unbuffered.
+
+    A declared Content-Length over the limit is refused before any byte is read; a chunked
+    body is counted as it arrives and dropped once over. Subclasses read it with
+    `json_body()` (a JSON object or a 400) or `body_size()`, or ignore it.
+    """
+
+    def prepare(self) -> None:
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._limit = self.hs.max_body_size
+        if self.request.method in BODY_METHODS:
+            length = self.request.headers.get("Content-Length", "")
+            if length.isdigit() and int(length) > self._limit:
+                raise too_large(self._limit)
+
+    def data_received(self, chunk: bytes) -> None:
+        self._size += len(chunk)
+        if self._size <= self._limit:
+            self._chunks.append(chunk)
+        else:
+            self._chunks.clear()  # chunked and too long: drop it, answer 413 at the end
+
+    def check_body_size(self) -> None:
+        """Raise 413 for a (chunked) body that went over the limit."""
+        if self._size > self._limit:
+            raise too_large(self._limit)
+
+    def json_body(self, *, optional: bool = False) -> dict[str, Any]:
+        """The body as a JSON object; with `optional`, an empty body is `{}`."""
+        self.check_body_size()
+        raw = b"".join(self._chunks)
+        if optional and not raw.strip():
+            return {}
+        return decode_json_object(raw)
