@@ -1,0 +1,106 @@
+"""Sessions as stored: the records and the small async interface every session store implements."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """One login's session. The token itself is never stored: only its SHA-256 digest."""
+
+    token_hash: str  # hex SHA-256 of the token text
+    user: str  # the stored user name (the token's `sub`)
+    device_id: str
+    created_ts: int  # ms since the epoch
+    last_seen_ip: str
+    last_seen_ts: int  # ms
+    expires_ts: int | None = None  # ms; None when tokens have no lifetime
+    # Set when the session was ended (logout, device deleted, revoked). An ended session
+    # is kept a while as a tombstone so its token is told `soft_logout: false`, while a
+    # token the store never saw is told `soft_logout: true`.
+    ended_ts: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """What GET /devices shows. A device exists while at least one session of it is open."""
+
+    device_id: str
+    display_name: str  # "" when never named
+    last_seen_ip: str  # of the device's most recently seen session
+    last_seen_ts: int  # ms, the latest over its sessions
+
+
+class SessionStore(abc.ABC):
+    """Keep sessions, devices and shared rate-limit buckets. Every method raises
+    `backends.base.StoreUnavailable` when the store is down, hangs past its timeout or is
+    locked too long."""
+
+    #: the name under which the store is registered (`[sessions] store`)
+    name: ClassVar[str] = ""
+
+    @classmethod
+    @abc.abstractmethod
+    def from_config(cls, options: dict[str, Any], *, config_dir: str) -> "SessionStore":
+        """Build the store from its validated `[sessions.<name>]` section."""
+
+    async def start(self) -> None:
+        """Connect, create or migrate the schema; called in the serving process (after any fork)."""
+
+    async def close(self) -> None:
+        """Release connections and threads."""
+
+    async def check_health(self) -> None:
+        """Raise `StoreUnavailable` when the store cannot answer right now."""
+
+    @abc.abstractmethod
+    async def open(self, session: Session, display_name: str | None) -> None:
+        """Record a new session, durably before returning (a 200 login survives kill -9).
+
+        Creates its device when new, named `display_name` ("" for None); an existing
+        device keeps its name, as in Synapse.
+        """
+
+    @abc.abstractmethod
+    async def get(self, user: str, token_hash: str) -> Session | None:
+        """The session of a token, ended ones included (`ended_ts` set); None if never seen
+        or expired. The hot path: every authenticated request calls it."""
+
+    @abc.abstractmethod
+    async def touch(self, user: str, token_hash: str, ip: str, ts: int) -> None:
+        """Record the session's last-seen address and time."""
+
+    @abc.abstractmethod
+    async def end(self, user: str, token_hash: str) -> bool:
+        """End one session (logout); True if it was open."""
+
+    @abc.abstractmethod
+    async def end_devices(self, user: str, device_ids: list[str] | None) -> int:
+        """End every session of these devices (None: all of the user's); how many ended."""
+
+    @abc.abstractmethod
+    async def devices(self, user: str) -> list[Device]:
+        """The user's devices with at least one open session."""
+
+    @abc.abstractmethod
+    async def device(self, user: str, device_id: str) -> Device | None:
+        """One device of the user, or None."""
+
+    @abc.abstractmethod
+    async def rename_device(self, user: str, device_id: str, display_name: str) -> bool:
+        """Set a device's display name; False when the user has no such device."""
+
+    @abc.abstractmethod
+    async def users(self) -> list[str]:
+        """The users with open sessions (to end those of users removed from the user store)."""
+
+    @abc.abstractmethod
+    async def rate_limit(self, key: str, interval: float, capacity: float, *, take: bool = True) -> float:
+        """One atomic GCRA step on the store's clock, as homeserver.ratelimit.TokenBuckets.
+
+        `interval` = 1/rate seconds, `capacity` = burst * interval. With `take`: 0.0 and a
+        token taken, or the seconds to wait and nothing taken. Without: only the wait.
+        """
