@@ -1,4 +1,4 @@
-"""Command line: serve (default), hash-password, add-user."""
+"""Command line: serve (default), hash-password, add-user, sessions."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, help="listen port (overrides server.port)")
     parser.add_argument("--processes", type=int, help="worker processes (overrides server.processes)")
     parser.set_defaults(func=cmd_serve)
-    sub = parser.add_subparsers(title="commands", metavar="{serve,hash-password,add-user}")
+    sub = parser.add_subparsers(title="commands", metavar="{serve,hash-password,add-user,sessions}")
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -131,6 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--overwrite", action="store_true", help="replace an existing user of that name")
     au.add_argument("--rounds", type=int, choices=range(4, 32), metavar="4..31", help="bcrypt cost")
     au.set_defaults(func=cmd_add_user)
+
+    from homeserver.cli_sessions import add_commands
+
+    add_commands(command)
     return parser
 
 

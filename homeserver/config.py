@@ -155,6 +155,20 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "avatar_url": Field("str_or_list", "labeledURI"),
         "password": Field("str_or_list", "userPassword"),
     },
+    "sessions": {
+        "store": Field("str", "sqlite", _one_of("sqlite", "redis")),
+        # Seconds between last-seen writes of one session (per process): not every request writes.
+        "touch_interval": Field("float", 60.0, _range(0)),
+        # Seconds between sweeps that end the sessions of users gone from the user store.
+        "sweep_interval": Field("float", 3600.0, _positive),
+    },
+    "sessions.sqlite": {
+        "path": Field("str", "sessions.db", _non_empty),
+        # Seconds a write may wait for the database (another process's write) before 503.
+        "timeout": Field("float", 2.0, _range(0.05, 60)),
+        # Seconds an ended session is remembered (its token is told soft_logout false).
+        "keep_ended": Field("float", 30 * 86400.0, _range(0)),
+    },
     "logging": {
         "level": Field("str", "INFO", _one_of("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),
         "format": Field("str", "text", _one_of("text", "json")),

@@ -139,13 +139,16 @@ class LoginLimits:
 
     def check_account(self, name: str) -> None:
         """Count an attempt on account `name`, and refuse one whose failures are over the limit."""
-        key = self.account_key(name)
-        if self.failures is not None:
-            wait = self.failures.wait_time(key)
+        self.check_failures(name)
+        if self.account is not None:
+            wait = self.account.take(self.account_key(name))
             if wait:
                 raise limit_exceeded(wait)
-        if self.account is not None:
-            wait = self.account.take(key)
+
+    def check_failures(self, name: str) -> None:
+        """Refuse (429) an account whose failed attempts are over the limit; take nothing."""
+        if self.failures is not None:
+            wait = self.failures.wait_time(self.account_key(name))
             if wait:
                 raise limit_exceeded(wait)
 

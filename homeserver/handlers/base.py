@@ -181,7 +181,7 @@ class BaseHandler(RequestHandler):
 
     async def authenticate(self) -> Requester:
         """Authenticate the request's access token (homeserver.auth); sets `self.requester`."""
-        self.requester = await self.hs.auth.requester(self.access_token())
+        self.requester = await self.hs.auth.requester(self.access_token(), self.client_ip)
         return self.requester
 
 

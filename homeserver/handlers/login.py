@@ -34,6 +34,8 @@ class LoginHandler(BodyHandler):
             checker=self.hs.checker,
             server_name=self.hs.server_name,
             limits=self.hs.limits,
+            sessions=self.hs.sessions,
+            client_ip=self.client_ip,
         )
 
 
