@@ -10,6 +10,8 @@ import sys
 from typing import Sequence
 
 from backends.base import User, UserExists
+from homeserver.cli_sessions import UnknownTarget
+from homeserver.cli_sessions import add_commands as add_session_commands
 from homeserver.config import Config, load_config
 from homeserver.errors import ConfigError, StoreUnavailable
 from homeserver.names import MAX_USER_ID_BYTES, user_id
@@ -131,10 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--overwrite", action="store_true", help="replace an existing user of that name")
     au.add_argument("--rounds", type=int, choices=range(4, 32), metavar="4..31", help="bcrypt cost")
     au.set_defaults(func=cmd_add_user)
-
-    from homeserver.cli_sessions import add_commands
-
-    add_commands(command)
+    add_session_commands(command)
     return parser
 
 
@@ -142,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, CommandError) as exc:
+    except (ConfigError, CommandError, UnknownTarget) as exc:
         print(f"homeserver: error: {exc}", file=sys.stderr)
         return 1
     except StoreUnavailable as exc:

@@ -73,12 +73,7 @@ def cmd_revoke(args: argparse.Namespace) -> int:
 
 
 def _run(config: Config, name: str, work: Callable[[Sessions, str], "asyncio.Future[list[str]]"]) -> int:
-    from homeserver.cli import CommandError
-
-    try:
-        lines = asyncio.run(_with_sessions(config, name, work))
-    except UnknownTarget as exc:
-        raise CommandError(str(exc)) from None
+    lines = asyncio.run(_with_sessions(config, name, work))
     for line in lines:
         print(line)
     return 0
