@@ -59,6 +59,6 @@ def store_unavailable(exc: StoreUnavailable) -> MatrixError:
     return MatrixError(
         503,
         "M_UNKNOWN",
-        "The user store is temporarily unavailable, try again later",
+        f"The {exc.store} is temporarily unavailable, try again later",
         headers={"Retry-After": str(exc.retry_after)},
     )

@@ -18,6 +18,7 @@ from backends.sessions.sqlite_schema import migrate
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+STORE = "session store"
 # Tombstones and expired sessions are purged at most this often (seconds), by the writer.
 PURGE_EVERY = 600.0
 _SESSION_COLUMNS = "token_hash, user, device_id, created_ts, last_seen_ip, last_seen_ts, expires_ts, ended_ts"
@@ -107,20 +108,20 @@ class SqliteSessionStore(SessionStore):
 
     def _conn(self) -> sqlite3.Connection:
         if self._write_conn is None:
-            raise StoreUnavailable("session store not started")
+            raise StoreUnavailable("not started", store=STORE)
         return self._write_conn
 
     async def _write(self, work: Callable[[], T]) -> T:
         """Run `work` on the writer thread; StoreUnavailable when it fails or takes too long."""
         if self._writer is None:
-            raise StoreUnavailable("session store not started")
+            raise StoreUnavailable("not started", store=STORE)
         future = asyncio.get_running_loop().run_in_executor(self._writer, work)
         try:
             return await asyncio.wait_for(future, self.timeout + 1.0)
         except asyncio.TimeoutError:
-            raise StoreUnavailable(f"session store {self.path}: timed out") from None
+            raise StoreUnavailable(f"{self.path}: timed out", store=STORE) from None
         except sqlite3.Error as exc:
-            raise StoreUnavailable(f"session store {self.path}: {exc}") from None
+            raise StoreUnavailable(f"{self.path}: {exc}", store=STORE) from None
 
     def _transaction(self, work: Callable[[sqlite3.Connection], T]) -> Callable[[], T]:
         def run() -> T:
@@ -155,13 +156,13 @@ class SqliteSessionStore(SessionStore):
 
     async def get(self, user: str, token_hash: str) -> Session | None:
         if self._read_conn is None:
-            raise StoreUnavailable("session store not started")
+            raise StoreUnavailable("not started", store=STORE)
         try:
             row = self._read_conn.execute(
                 f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE token_hash = ?", (token_hash,)
             ).fetchone()
         except sqlite3.Error as exc:
-            raise StoreUnavailable(f"session store {self.path}: {exc}") from None
+            raise StoreUnavailable(f"{self.path}: {exc}", store=STORE) from None
         if row is None or row[1] != user:
             return None
         session = Session(*row)

@@ -140,7 +140,7 @@ class BaseHandler(RequestHandler):
                 logger.error("%s %s: %s", self.request.method, self.request.path, value)
             return
         if isinstance(value, StoreUnavailable):
-            logger.warning("user store unavailable: %s", value)
+            logger.warning("%s unavailable: %s", value.store, value)
             return
         if isinstance(value, StoreDataError):
             logger.error("operator error in the user store: %s", value)
