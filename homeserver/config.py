@@ -182,6 +182,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "account_burst": Field("int", 3, _range(1)),
         "failed_attempts_per_second": Field("float", 0.17, _positive),
         "failed_attempts_burst": Field("int", 3, _range(1)),
+        # Keep the buckets in the session store, shared by every worker and server on it.
+        "shared": Field("bool", True),
         # Buckets kept per limit; past that the least recently used is forgotten.
         "max_entries": Field("int", 100_000, _range(100)),
     },

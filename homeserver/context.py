@@ -90,8 +90,12 @@ def build_homeserver(
     metrics = Metrics() if config.get("metrics", "enabled") else None
     if metrics is not None:
         backend = InstrumentedBackend(backend, metrics)
+    session_store = session_store if session_store is not None else create_session_store(config)
+    limits = LoginLimits.from_config(config.section("rate_limit"), shared=session_store)
+    if metrics is not None:
+        limits.on_fallback = metrics.observe_ratelimit_fallback
     sessions = Sessions(
-        session_store if session_store is not None else create_session_store(config),
+        session_store,
         lifetime=config.get("auth", "token_lifetime"),
         touch_interval=config.get("sessions", "touch_interval"),
         metrics=metrics,
@@ -105,7 +109,7 @@ def build_homeserver(
             config.get("auth", "bcrypt_workers"), config.get("auth", "max_pending_logins")
         ),
         documents=Documents.from_config(config),
-        limits=LoginLimits.from_config(config.section("rate_limit")),
+        limits=limits,
         metrics=metrics,
         client_address=ClientAddress(config.get("server", "trusted_proxies")),
     )

@@ -145,7 +145,7 @@ async def login(
     """Apply rules 1-6; return the login response or raise the rule's MatrixError."""
     # Rate limits come before the rules: an account under attack costs no lookup or bcrypt.
     if limits is not None:
-        limits.check_account(request.user)
+        await limits.check_account(request.user)
 
     # Rules 1-2: the token is built first, from the name as given.
     token = _make_token(tokens, request.user, request.device_id)
@@ -154,14 +154,14 @@ async def login(
     user = await users.get(request.user, case_insensitive=True)
     if user is None:
         if limits is not None:
-            limits.record_failure(request.user)
+            await limits.record_failure(request.user)
         raise LoginRefused(UNKNOWN_USER, "unknown_user")
     if user.name != request.user:
         token = _make_token(tokens, user.name, request.device_id)
 
     if not await check_password(users, checker, user, request.password):  # rules 4-5
         if limits is not None:
-            limits.record_failure(request.user)
+            await limits.record_failure(request.user)
         raise LoginRefused(BAD_PASSWORD, "bad_password")
 
     # Rule 6, once the session of the token is recorded (a 200 is never lost).

@@ -65,6 +65,11 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.ratelimit_fallbacks = Counter(
+            "homeserver_ratelimit_fallbacks",
+            "Login limit checks answered by this process's own buckets because the shared store could not.",
+            registry=self.registry,
+        )
         # Label children are looked up once per key: labels() costs more than inc().
         self._request_children: dict[tuple[type, str, int], tuple[Any, Any]] = {}
 
@@ -83,6 +88,9 @@ class Metrics:
 
     def observe_login(self, outcome: str) -> None:
         self.logins.labels(outcome).inc()
+
+    def observe_ratelimit_fallback(self) -> None:
+        self.ratelimit_fallbacks.inc()
 
     def observe_sessions_opened(self) -> None:
         self.sessions_opened.inc()

@@ -116,9 +116,9 @@ class UserInteractiveAuth:
         if not isinstance(password, str):
             raise invalid_param("auth.password", "a string")
         # A wrong password here is a failed login: it counts, and the limit applies.
-        self.limits.check_failures(user)
+        await self.limits.check_failures(user)
         if not await check_password(self.users, self.checker, requester.user, password):
-            self.limits.record_failure(user)
+            await self.limits.record_failure(user)
             raise self._failed(session, "M_FORBIDDEN", "Invalid password")
 
     def _named_user(self, auth: dict[str, Any]) -> str | None:

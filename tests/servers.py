@@ -54,7 +54,11 @@ class Server:
             [sys.executable, "run.py", "--port", str(self.port), *args],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        wait_until(lambda: call(self.port, "/_matrix/client/versions")[0] == 200, 20, f"server on {self.port}")
+        try:
+            wait_until(lambda: call(self.port, "/_matrix/client/versions")[0] == 200, 20, f"server on {self.port}")
+        except BaseException:
+            self.kill()
+            raise
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -25,7 +25,7 @@ class LoginHandler(BodyHandler):
         self.write_json(response)
 
     async def _login(self) -> dict[str, str]:
-        self.hs.limits.check_address(self.client_ip)
+        await self.hs.limits.check_address(self.client_ip)
         request = parse_login(self.json_body(), self.hs.server_name)
         return await login(
             request,
