@@ -72,6 +72,25 @@ def _redis_url(value: Any) -> str | None:
     return None if ok else "must start with redis://, rediss:// or unix://"
 
 
+def _redis_fields(key_prefix: str) -> dict[str, Field]:
+    """The connection keys of a Redis section (the user backend's, the session store's)."""
+    return {
+        "url": Field("str", "redis://127.0.0.1:6379/0", _redis_url),
+        "key_prefix": Field("str", key_prefix),
+        "mode": Field("str", "standalone", _one_of("standalone", "sentinel", "cluster")),
+        "sentinels": Field("str_list", []),
+        "service_name": Field("str", "mymaster"),
+        "sentinel_password": Field("str", ""),
+        "cluster_nodes": Field("str_list", []),
+        "connect_timeout": Field("float", 1.0, _range(0.05, 60)),
+        "socket_timeout": Field("float", 1.0, _range(0.05, 60)),
+        "retries": Field("int", 1, _range(0, 10)),
+        "max_connections": Field("int", 100, _range(1, 10000)),
+        "health_check_interval": Field("int", 0, _range(0)),
+        "retry_after": Field("int", 5, _range(1, 3600)),
+    }
+
+
 # Every known section and key. Backend sections list their keys here too, so a config
 # file that carries a section for another backend raises no unknown-key warnings.
 SCHEMA: dict[str, dict[str, Field]] = {
@@ -117,21 +136,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
         # Seconds between checks of the file for changes; 0 turns polling off (SIGHUP still reloads).
         "reload_interval": Field("float", 5.0, _range(0)),
     },
-    "backend.redis": {
-        "url": Field("str", "redis://127.0.0.1:6379/0", _redis_url),
-        "key_prefix": Field("str", "homeserver:user:"),
-        "mode": Field("str", "standalone", _one_of("standalone", "sentinel", "cluster")),
-        "sentinels": Field("str_list", []),
-        "service_name": Field("str", "mymaster"),
-        "sentinel_password": Field("str", ""),
-        "cluster_nodes": Field("str_list", []),
-        "connect_timeout": Field("float", 1.0, _range(0.05, 60)),
-        "socket_timeout": Field("float", 1.0, _range(0.05, 60)),
-        "retries": Field("int", 1, _range(0, 10)),
-        "max_connections": Field("int", 100, _range(1, 10000)),
-        "health_check_interval": Field("int", 0, _range(0)),
-        "retry_after": Field("int", 5, _range(1, 3600)),
-    },
+    "backend.redis": _redis_fields("homeserver:user:"),
     "backend.ldap": {
         # One URI or a list tried in order: ldap://host[:port] or ldaps://host[:port].
         "uri": Field("str_or_list", "ldap://localhost:389", _non_empty),
@@ -166,6 +171,11 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "path": Field("str", "sessions.db", _non_empty),
         # Seconds a write may wait for the database (another process's write) before 503.
         "timeout": Field("float", 2.0, _range(0.05, 60)),
+        # Seconds an ended session is remembered (its token is told soft_logout false).
+        "keep_ended": Field("float", 30 * 86400.0, _range(0)),
+    },
+    "sessions.redis": {
+        **_redis_fields("homeserver:session:"),
         # Seconds an ended session is remembered (its token is told soft_logout false).
         "keep_ended": Field("float", 30 * 86400.0, _range(0)),
     },

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import sqlite3
 import time
+import uuid
 
 import pytest
 
 from backends.sessions import Session, create_session_store
 from backends.sessions.sqlite_schema import VERSION, migrate
+from homeserver.config import build_config
 from homeserver.ratelimit import TokenBuckets
 
 
@@ -17,10 +19,17 @@ def session(token_hash: str, user: str = "alice", device: str = "D1", ts: int | 
     return Session(token_hash, user, device, ts, "10.0.0.1", ts, **kw)
 
 
-@pytest.fixture(params=["sqlite"])
+def store_options(kind: str, tmp_path, request) -> dict:
+    if kind == "sqlite":
+        return {"path": str(tmp_path / "s.db"), "timeout": 1.0, "keep_ended": 3600.0}
+    url = request.getfixturevalue("redis_url")
+    config = build_config({"sessions": {"redis": {"url": url, "key_prefix": f"test:{uuid.uuid4().hex}:"}}})
+    return dict(config.section("sessions.redis"), keep_ended=3600.0)
+
+
+@pytest.fixture(params=["sqlite", "redis"])
 def store(request, tmp_path, io_loop):
-    options = {"path": str(tmp_path / "s.db"), "timeout": 1.0, "keep_ended": 3600.0}
-    store = create_session_store(request.param, options, config_dir=str(tmp_path))
+    store = create_session_store(request.param, store_options(request.param, tmp_path, request), config_dir=str(tmp_path))
     io_loop.run_sync(store.start)
     yield store
     io_loop.run_sync(store.close)
