@@ -63,6 +63,13 @@ def _cidrs(value: Any) -> str | None:
     return None
 
 
+def _secrets(value: Any) -> str | None:
+    for index, item in enumerate(value):
+        if len(item.encode("utf-8")) < 32:
+            return f"entry {index} must be at least 32 bytes"
+    return None
+
+
 def _positive(value: Any) -> str | None:
     return None if value > 0 else "must be greater than 0"
 
@@ -120,6 +127,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
     },
     "auth": {
         "jwt_secret": Field("str", ""),
+        # Secrets of before a rotation: their tokens are still accepted; new ones use jwt_secret.
+        "previous_jwt_secrets": Field("str_list", [], _secrets),
         "secret_file": Field("str", "jwt.secret", _non_empty),
         "token_lifetime": Field("int", 0, _range(0)),
         "bcrypt_rounds": Field("int", 12, _range(4, 31)),

@@ -104,7 +104,11 @@ def build_homeserver(
         config=config,
         backend=backend,
         sessions=sessions,
-        tokens=TokenIssuer(load_secret(config), config.get("auth", "token_lifetime")),
+        tokens=TokenIssuer(
+            load_secret(config),
+            config.get("auth", "token_lifetime"),
+            previous=config.get("auth", "previous_jwt_secrets"),
+        ),
         checker=PasswordChecker(
             config.get("auth", "bcrypt_workers"), config.get("auth", "max_pending_logins")
         ),

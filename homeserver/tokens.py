@@ -7,9 +7,10 @@ import os
 import secrets
 import time
 from dataclasses import dataclass
+from typing import Sequence
 
 from jose import jwt
-from jose.exceptions import JOSEError
+from jose.exceptions import ExpiredSignatureError, JOSEError, JWTClaimsError
 
 from homeserver.config import Config
 from homeserver.errors import ConfigError
@@ -42,9 +43,18 @@ class TokenIssuer:
     """Signs and verifies access tokens with one secret."""
 
     def __init__(
-        self, secret: str, lifetime: int = 0, cache_ttl: float = TOKEN_CACHE_TTL, cache_size: int = TOKEN_CACHE_SIZE
+        self,
+        secret: str,
+        lifetime: int = 0,
+        cache_ttl: float = TOKEN_CACHE_TTL,
+        cache_size: int = TOKEN_CACHE_SIZE,
+        previous: Sequence[str] = (),
     ) -> None:
         self.secret = secret
+        # Secrets from before a rotation: tokens they signed still verify (new ones never
+        # use them). The verified-token cache lives in the process, so a restart without a
+        # secret forgets its tokens at once.
+        self.keys = [secret, *(key for key in previous if key != secret)]
         self.lifetime = lifetime
         self.cache_ttl = cache_ttl
         self.cache_size = cache_size
@@ -85,10 +95,17 @@ class TokenIssuer:
 
     def _decode(self, token: str) -> tuple[Claims, float | None]:
         """The full check: signature, algorithm, claims and expiry (python-jose)."""
-        try:
-            claims = jwt.decode(token, self.secret, algorithms=ALGORITHMS)
-        except (JOSEError, UnicodeError) as exc:  # UnicodeError: text that is no token at all
-            raise TokenError(str(exc)) from None
+        first_error: Exception | None = None
+        for key in self.keys:
+            try:
+                claims = jwt.decode(token, key, algorithms=ALGORITHMS)
+                break
+            except (JOSEError, UnicodeError) as exc:  # UnicodeError: text that is no token at all
+                # A claims error means this key's signature matched: that is the answer.
+                if first_error is None or isinstance(exc, (ExpiredSignatureError, JWTClaimsError)):
+                    first_error = exc
+        else:
+            raise TokenError(str(first_error)) from None
         name, device_id = claims.get("sub"), claims.get("device_id")
         if not isinstance(name, str) or not isinstance(device_id, str):
             raise TokenError("token lacks sub or device_id")

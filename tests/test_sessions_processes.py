@@ -115,3 +115,28 @@ def test_kill_9_during_logins_loses_no_200(conf):
             assert status == 200, (token[-8:], body)
     finally:
         restarted.stop()
+
+
+def test_secret_rotation_across_restarts_logs_nobody_out(conf):
+    old, new = "o" * 40, "n" * 40
+    env = dict(os.environ, HOMESERVER_AUTH__JWT_SECRET=old)
+    server = Server("--config", conf, env=env)
+    old_token = login(server.port, "alice", "wonderland")[1]["access_token"]
+    server.stop()
+    # Step 2: the new secret signs, the old one is still accepted.
+    env.update(HOMESERVER_AUTH__JWT_SECRET=new, HOMESERVER_AUTH__PREVIOUS_JWT_SECRETS=f'["{old}"]')
+    server = Server("--config", conf, env=env)
+    try:
+        assert call(server.port, WHOAMI, token=old_token)[0] == 200
+        new_token = login(server.port, "alice", "wonderland")[1]["access_token"]
+    finally:
+        server.stop()
+    # Step 4: the old secret dropped: its tokens end, the new ones live on.
+    del env["HOMESERVER_AUTH__PREVIOUS_JWT_SECRETS"]
+    server = Server("--config", conf, env=env)
+    try:
+        status, body = call(server.port, WHOAMI, token=old_token)
+        assert (status, body["errcode"]) == (401, "M_UNKNOWN_TOKEN")
+        assert call(server.port, WHOAMI, token=new_token)[0] == 200
+    finally:
+        server.stop()
