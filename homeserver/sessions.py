@@ -75,6 +75,7 @@ class Sessions:
         self.metrics = metrics
         self.clock = clock
         self._touched: dict[str, float] = {}
+        self._missing: set[str] = set()  # users found missing by the last sweep
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- login and the auth step --------------------------------------------------
@@ -183,11 +184,20 @@ class Sessions:
     # -- upkeep -------------------------------------------------------------------
 
     async def sweep_removed_users(self, users: "Users") -> int:
-        """End the sessions of users no longer in the user store; the count ended."""
+        """End the sessions of users gone from the user store in two sweeps running; the count ended.
+
+        Their tokens are refused at once anyway (the auth step looks the user up); waiting
+        for a second sweep only keeps a passing glitch of the store (a directory answering
+        "no such entry" for a minute) from ending everybody's sessions.
+        """
         ended = 0
+        missing = set()
         for name in await self.store.users():
             if await users.get(name) is None:
-                ended += await self.end_devices(name, None, USER_REMOVED)
+                missing.add(name)
+                if name in self._missing:
+                    ended += await self.end_devices(name, None, USER_REMOVED)
+        self._missing = missing
         if ended:
             logger.info("ended %d sessions of users removed from the user store", ended)
         return ended

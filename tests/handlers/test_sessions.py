@@ -107,6 +107,8 @@ async def test_a_removed_user_loses_their_sessions_at_once_and_rows_are_swept(fe
     backend._install(backend.signature, users)
     await assert_dead(fetch, token)
     assert "bob" in await hs.sessions.store.users()
+    # Missing in one sweep could be a passing glitch of the store: only the second ends them.
+    assert await hs.sessions.sweep_removed_users(hs.users) == 0
     assert await hs.sessions.sweep_removed_users(hs.users) == 1
     assert "bob" not in await hs.sessions.store.users()
 
