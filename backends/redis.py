@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from backends.base import StoreDataError, StoreUnavailable, User, UserBackend, UserExists
+from backends.base import StoreDataError, User, UserBackend, UserExists
 from backends.redis_connect import RedisConnection
 
 logger = logging.getLogger(__name__)
@@ -27,60 +26,6 @@ return 1
 """
 
 
-class HgetallBatcher:
-    """Sends the HGETALLs asked for in one event-loop turn as one pipeline.
-
-    redis-py spends ~150 us of CPU on each command's round trip; in a pipeline of 10 it
-    is ~60 us a command (docs/performance.md). Each caller still gets its own reply (or
-    its own error) for its own key, read after it asked: no caching, nothing goes stale.
-    """
-
-    def __init__(self, client: Redis) -> None:
-        self.client = client
-        self._pending: list[tuple[str, asyncio.Future[Any]]] = []
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    async def hgetall(self, key: str) -> Any:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        if not self._pending:
-            # Runs after the callbacks already queued: the other requests of this turn.
-            loop.call_soon(self._flush)
-        self._pending.append((key, future))
-        return await future
-
-    def _flush(self) -> None:
-        batch, self._pending = self._pending, []
-        task = asyncio.ensure_future(self._send(batch))
-        self._tasks.add(task)  # keep a reference until it is done
-        task.add_done_callback(self._tasks.discard)
-
-    async def _send(self, batch: list[tuple[str, asyncio.Future[Any]]]) -> None:
-        try:
-            if len(batch) == 1:
-                replies: list[Any] = [await self.client.hgetall(batch[0][0])]
-            else:
-                pipe = self.client.pipeline(transaction=False)
-                for key, _ in batch:
-                    pipe.hgetall(key)
-                # Errors come back per command, so one bad key fails only its own request.
-                replies = await pipe.execute(raise_on_error=False)
-        except BaseException as exc:  # connection trouble: every caller gets it
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            return
-        for (_, future), reply in zip(batch, replies):
-            if future.done():
-                continue
-            if isinstance(reply, BaseException):
-                future.set_exception(reply)
-            else:
-                future.set_result(reply)
-
-
 class RedisBackend(UserBackend):
     """Users as Redis hashes at `<key_prefix><name>`, on a standalone server, Sentinel or Cluster."""
 
@@ -89,7 +34,6 @@ class RedisBackend(UserBackend):
     def __init__(self, connection: RedisConnection, key_prefix: str) -> None:
         self.connection = connection
         self.key_prefix = key_prefix
-        self._batcher: HgetallBatcher | None = None
 
     @classmethod
     def from_config(cls, options: dict[str, Any], *, config_dir: str) -> "RedisBackend":
@@ -101,20 +45,9 @@ class RedisBackend(UserBackend):
 
     async def start(self) -> None:
         """Create this process's client (after any fork) and report whether Redis answers."""
-        client = self.connection.connect()
-        # A cluster routes each key to its node itself; batch on one server (or Sentinel's master).
-        if not isinstance(client, RedisCluster):
-            self._batcher = HgetallBatcher(client)
-        try:
-            await self.check_health()
-        except StoreUnavailable as exc:
-            # Serve anyway: lookups answer 503 until Redis is back, then recover by themselves.
-            logger.warning("Redis user store (%s) not reachable yet: %s", self.connection.where(), exc)
-        else:
-            logger.info("Redis user store (%s) reachable", self.connection.where())
+        await self.connection.start()
 
     async def close(self) -> None:
-        self._batcher = None
         await self.connection.close()
 
     def _redis(self) -> Redis | RedisCluster:
@@ -142,11 +75,7 @@ class RedisBackend(UserBackend):
 
     async def _lookup(self, name: str) -> User | None:
         key = self.key(name)
-        with self.connection.errors(key):
-            if self._batcher is not None and self.client is not None:
-                fields = await self._batcher.hgetall(key)
-            else:
-                fields = await self._redis().hgetall(key)
+        fields = await self.connection.hgetall(key)
         if not fields:
             return None
         try:

@@ -6,10 +6,7 @@ import hashlib
 import logging
 from typing import Any
 
-from redis.asyncio.cluster import RedisCluster
-
 from backends.base import ConfigError
-from backends.redis import HgetallBatcher
 from backends.redis_connect import RedisConnection
 from backends.sessions.base import Device, Session, SessionStore
 from backends.sessions.redis_scripts import DEVICES, END, END_DEVICES, OPEN, RATE_LIMIT, RENAME, TOUCH
@@ -39,7 +36,6 @@ class RedisSessionStore(SessionStore):
         self.connection = connection
         self.prefix = key_prefix
         self.keep_ended_ms = int(keep_ended * 1000)
-        self._batcher: HgetallBatcher | None = None
 
     @classmethod
     def from_config(cls, options: dict[str, Any], *, config_dir: str) -> "RedisSessionStore":
@@ -61,16 +57,9 @@ class RedisSessionStore(SessionStore):
     # -- lifecycle ------------------------------------------------------------------
 
     async def start(self) -> None:
-        client = self.connection.connect()
-        if not isinstance(client, RedisCluster):
-            self._batcher = HgetallBatcher(client)
-        try:
-            await self.check_health()
-        except Exception as exc:  # serve anyway: 503 until Redis answers, then recover
-            logger.warning("Redis session store (%s) not reachable yet: %s", self.connection.where(), exc)
+        await self.connection.start()
 
     async def close(self) -> None:
-        self._batcher = None
         await self.connection.close()
 
     async def check_health(self) -> None:
@@ -97,12 +86,7 @@ class RedisSessionStore(SessionStore):
             await self.connection.connect().sadd(f"{self.prefix}users", session.user)
 
     async def get(self, user: str, token_hash: str) -> Session | None:
-        key = self.session_key(user, token_hash)
-        with self.connection.errors(key):
-            if self._batcher is not None:
-                fields = await self._batcher.hgetall(key)
-            else:
-                fields = await self.connection.connect().hgetall(key)
+        fields = await self.connection.hgetall(self.session_key(user, token_hash))
         if not fields:
             return None  # never seen, or expired with its token
         record = {k.decode(): v.decode("utf-8", "replace") for k, v in fields.items()}
