@@ -45,6 +45,20 @@ def run_py(*args: str, env: dict[str, str] | None = None, stdin: str = "") -> su
     )
 
 
+def write_config(folder: Any, extra: str = "") -> str:
+    """A config in `folder` on the file backend (the test users) and its default SQLite
+    session store, plus `extra` TOML; its path."""
+    from tests.helpers import DEFAULT_USERS, JWT_SECRET
+
+    (folder / "users.json").write_text(json.dumps({"users": DEFAULT_USERS}))
+    path = folder / "homeserver.toml"
+    path.write_text(
+        f'[auth]\njwt_secret = "{JWT_SECRET}"\n[backend.file]\npath = "users.json"\n'
+        f'[logging]\nlevel = "WARNING"\n{extra}'
+    )
+    return str(path)
+
+
 class Server:
     """A `run.py` serving on a free port until `stop()` (or `kill()`)."""
 

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from typing import Iterator
 
 import pytest
 
-from tests.helpers import DEFAULT_USERS, JWT_SECRET
-from tests.servers import WHOAMI, Server, call, login, run_py
+from tests.servers import WHOAMI, Server, call, login, run_py, write_config
 
 LOGOUT = "/_matrix/client/v3/logout"
 
@@ -18,14 +16,7 @@ LOGOUT = "/_matrix/client/v3/logout"
 @pytest.fixture
 def conf(tmp_path) -> str:
     """A config file on the file backend and the default SQLite session store, in tmp_path."""
-    (tmp_path / "users.json").write_text(json.dumps({"users": DEFAULT_USERS}))
-    path = tmp_path / "homeserver.toml"
-    path.write_text(
-        f'[auth]\njwt_secret = "{JWT_SECRET}"\n\n'
-        '[backend]\ntype = "file"\n\n[backend.file]\npath = "users.json"\n\n'
-        '[rate_limit]\nenabled = false\n\n[logging]\nlevel = "WARNING"\n'
-    )
-    return str(path)
+    return write_config(tmp_path, "[rate_limit]\nenabled = false\n")
 
 
 @pytest.fixture

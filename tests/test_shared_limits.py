@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 
 import pytest
@@ -11,8 +10,10 @@ from backends.base import StoreUnavailable
 from backends.sessions import create_session_store
 from homeserver.config import build_config
 from homeserver.ratelimit import LoginLimits
-from tests.helpers import DEFAULT_USERS, JWT_SECRET
-from tests.servers import Server, login
+from tests.servers import Server, login, write_config
+
+# An address burst of 3 that does not refill during a test; the other limits out of the way.
+LIMITS = "[rate_limit]\naddress_burst = 3\naccount_burst = 1000\nfailed_attempts_burst = 1000\naddress_per_second = 0.001\n"
 
 
 def limits_on(store, clock=None, **section) -> LoginLimits:
@@ -105,14 +106,8 @@ async def test_shared_can_be_turned_off(two_stores):
 
 
 def test_workers_of_one_server_share_one_burst(tmp_path):
-    (tmp_path / "users.json").write_text(json.dumps({"users": DEFAULT_USERS}))
-    conf = tmp_path / "homeserver.toml"
-    conf.write_text(
-        f'[auth]\njwt_secret = "{JWT_SECRET}"\n[backend.file]\npath = "users.json"\n'
-        "[rate_limit]\naddress_burst = 3\naccount_burst = 1000\nfailed_attempts_burst = 1000\n"
-        'address_per_second = 0.001\n[logging]\nlevel = "WARNING"\n'
-    )
-    server = Server("--config", str(conf), "--processes", "2")
+    conf = write_config(tmp_path, LIMITS)
+    server = Server("--config", conf, "--processes", "2")
     try:
         statuses = [login(server.port, "bob", "wrong")[0] for _ in range(8)]
     finally:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 
@@ -11,8 +10,9 @@ import pytest
 from backends.sessions import Session, create_session_store
 from homeserver.config import build_config
 from homeserver.ratelimit import LoginLimits
-from tests.helpers import DEFAULT_USERS, JWT_SECRET, assert_error, assert_json
-from tests.servers import WHOAMI, Server, call, login
+from tests.helpers import assert_error, assert_json
+from tests.servers import WHOAMI, Server, call, login, write_config
+from tests.test_shared_limits import LIMITS
 
 LOGOUT = "/_matrix/client/v3/logout"
 BODY = {"identifier": {"user": "alice"}, "password": "wonderland"}
@@ -128,14 +128,8 @@ def two_servers(redis_url, tmp_path):
         for name in ("one", "two"):
             folder = tmp_path / name
             folder.mkdir()
-            (folder / "users.json").write_text(json.dumps({"users": DEFAULT_USERS}))
-            (folder / "homeserver.toml").write_text(
-                f'[auth]\njwt_secret = "{JWT_SECRET}"\n[backend.file]\npath = "users.json"\n'
-                f'[sessions]\nstore = "redis"\n[sessions.redis]\nurl = "{redis_url}"\nkey_prefix = "{prefix}"\n'
-                "[rate_limit]\naddress_burst = 3\naccount_burst = 1000\nfailed_attempts_burst = 1000\n"
-                'address_per_second = 0.001\n[logging]\nlevel = "WARNING"\n'
-            )
-            servers.append(Server("--config", str(folder / "homeserver.toml")))
+            sessions = f'[sessions]\nstore = "redis"\n[sessions.redis]\nurl = "{redis_url}"\nkey_prefix = "{prefix}"\n'
+            servers.append(Server("--config", write_config(folder, sessions + LIMITS)))
         yield servers
     finally:
         for server in servers:
