@@ -14,6 +14,7 @@ from homeserver.auth import Requester
 from homeserver.context import HomeServer
 from homeserver.errors import MatrixError, StoreDataError, StoreUnavailable, store_unavailable, unknown_token
 from homeserver.jsonio import encode_json
+from homeserver import request_id
 from homeserver.logs import scrub_uri
 
 logger = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ class BaseHandler(RequestHandler):
 
     requester: Requester | None = None
     _client_ip: str | None = None
+    _request_id: str | None = None
 
     @property
     def hs(self) -> HomeServer:
@@ -85,9 +87,18 @@ class BaseHandler(RequestHandler):
         for name, value in CORS_HEADERS:
             headers[name] = value
         headers["Content-Type"] = JSON_TYPE
+        headers[request_id.HEADER] = self._request_id or self._begin_request()
         if self.hs.inflight.draining:
             # Shutting down: clients should not send more on this connection.
             headers["Connection"] = "close"
+
+    def _begin_request(self) -> str:
+        """Choose this request's ID (set_default_headers runs first, as Tornado makes the handler)."""
+        peer = self.request.remote_ip or ""
+        trusted = self.hs.client_address.is_trusted(peer) if self.hs.client_address.networks else False
+        self._request_id = request_id.choose(self.request.headers.get(request_id.HEADER), trusted)
+        request_id.begin(self._request_id)
+        return self._request_id
 
     def compute_etag(self) -> None:
         # Matrix clients do not revalidate these documents; hashing every body is waste.
