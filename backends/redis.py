@@ -8,7 +8,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from backends.base import StoreDataError, User, UserBackend, UserExists
+from backends.base import StoreDataError, User, UserBackend, UserExists, canonical_email
 from backends.redis_connect import RedisConnection
 
 logger = logging.getLogger(__name__)
@@ -31,13 +31,16 @@ class RedisBackend(UserBackend):
 
     name = "redis"
 
-    def __init__(self, connection: RedisConnection, key_prefix: str) -> None:
+    def __init__(self, connection: RedisConnection, key_prefix: str, email_key_prefix: str = "homeserver:email:") -> None:
         self.connection = connection
         self.key_prefix = key_prefix
+        # `<email_key_prefix><canonical address>`: a set of the names holding the address.
+        self.email_key_prefix = email_key_prefix
 
     @classmethod
     def from_config(cls, options: dict[str, Any], *, config_dir: str) -> "RedisBackend":
-        return cls(RedisConnection(options, section="backend.redis", store="user store"), options["key_prefix"])
+        connection = RedisConnection(options, section="backend.redis", store="user store")
+        return cls(connection, options["key_prefix"], options["email_key_prefix"])
 
     @property
     def client(self) -> Redis | RedisCluster | None:
@@ -91,7 +94,23 @@ class RedisBackend(UserBackend):
             ident=record["ident"],
             display_name=record.get("display_name"),
             avatar_url=record.get("avatar_url"),
+            email=record.get("email"),
         )
+
+    async def get_users_by_email(self, address: str) -> list[User]:
+        """The names in the address's index set whose hash still holds that address.
+
+        The index is only a pointer: a stale entry (the hash changed by hand) is skipped.
+        """
+        index = self.email_key_prefix + address
+        with self.connection.errors(index):
+            names = await self._redis().smembers(index)
+        found = []
+        for raw in sorted(names):
+            user = await self._lookup(raw.decode("utf-8", "replace"))
+            if user is not None and user.email is not None and canonical_email(user.email) == address:
+                found.append(user)
+        return found
 
     async def add_user(self, user: User, *, overwrite: bool = False) -> None:
         key = self.key(user.name)
@@ -101,9 +120,22 @@ class RedisBackend(UserBackend):
             fields["display_name"] = user.display_name
         if user.avatar_url is not None:
             fields["avatar_url"] = user.avatar_url
+        if user.email is not None:
+            fields["email"] = user.email
         args = ["1" if overwrite else "0", *(part for pair in fields.items() for part in pair)]
+        client = self._redis()
         with self.connection.errors(key):
-            created = await self._redis().eval(ADD_USER_SCRIPT, 1, key, *args)
+            old_email = await client.hget(key, "email")
+            created = await client.eval(ADD_USER_SCRIPT, 1, key, *args)
         if not created:
             raise UserExists(user.name)
+        # The address index lives in other keys (other Cluster slots): kept in separate
+        # steps, which is safe because a lookup checks the hash itself.
+        old = canonical_email(old_email.decode("utf-8", "replace")) if old_email else None
+        new = canonical_email(user.email) if user.email else None
+        with self.connection.errors():
+            if old and old != new:
+                await client.srem(self.email_key_prefix + old, user.name)
+            if new:
+                await client.sadd(self.email_key_prefix + new, user.name)
         logger.info("stored user %r at Redis key %r", user.name, key)

@@ -9,7 +9,7 @@ import re
 import sys
 from typing import Sequence
 
-from backends.base import User, UserExists
+from backends.base import User, UserExists, canonical_email
 from homeserver.cli_sessions import UnknownTarget
 from homeserver.cli_sessions import add_commands as add_session_commands
 from homeserver.config import Config, load_config
@@ -72,6 +72,8 @@ def cmd_add_user(args: argparse.Namespace) -> int:
         raise CommandError(f"invalid name {args.name!r}: use only a-z, 0-9 and . _ = - / +")
     if not args.ident:
         raise CommandError("--ident must not be empty")
+    if args.email is not None and canonical_email(args.email) is None:
+        raise CommandError(f"--email {args.email!r} is not an e-mail address")
     config = load_config(args.config)
     if len(user_id(args.name, config.get("server", "server_name")).encode()) > MAX_USER_ID_BYTES:
         raise CommandError(f"the user ID would be longer than {MAX_USER_ID_BYTES} bytes")
@@ -82,6 +84,7 @@ def cmd_add_user(args: argparse.Namespace) -> int:
         ident=args.ident,
         display_name=args.display_name,
         avatar_url=args.avatar_url,
+        email=args.email,
     )
 
     async def add() -> None:
@@ -130,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--ident", required=True, help="identifier text appended to the display name")
     au.add_argument("--display-name", help="display name")
     au.add_argument("--avatar-url", help="avatar URL (mxc://...)")
+    au.add_argument("--email", help="an e-mail address the user may also log in with")
     au.add_argument("--overwrite", action="store_true", help="replace an existing user of that name")
     au.add_argument("--rounds", type=int, choices=range(4, 32), metavar="4..31", help="bcrypt cost")
     au.set_defaults(func=cmd_add_user)

@@ -145,7 +145,11 @@ SCHEMA: dict[str, dict[str, Field]] = {
         # Seconds between checks of the file for changes; 0 turns polling off (SIGHUP still reloads).
         "reload_interval": Field("float", 5.0, _range(0)),
     },
-    "backend.redis": _redis_fields("homeserver:user:"),
+    "backend.redis": {
+        **_redis_fields("homeserver:user:"),
+        # Login by e-mail: `<email_key_prefix><address>` is the set of names holding it.
+        "email_key_prefix": Field("str", "homeserver:email:"),
+    },
     "backend.ldap": {
         # One URI or a list tried in order: ldap://host[:port] or ldaps://host[:port].
         "uri": Field("str_or_list", "ldap://localhost:389", _non_empty),

@@ -22,6 +22,7 @@ def config_file(tmp_path, store):
     path = tmp_path / "homeserver.toml"
     path.write_text(
         f'[backend]\ntype = "redis"\n\n[backend.redis]\nurl = "{store.url}"\nkey_prefix = "{store.prefix}"\n'
+        f'email_key_prefix = "{store.email_prefix}"\n'
     )
     return str(path)
 
@@ -89,3 +90,15 @@ def test_run_py_add_user_with_env_overrides(store):
     )
     assert result.returncode == 0, result.stderr
     assert store.get("dora")["ident"] == "dora-id"
+
+
+def test_add_user_keeps_the_email_index(store, add_user, capsys):
+    assert add_user("carol", "pw", "--ident", "c", "--email", "Carol@Example.ORG") == 0
+    assert store.get("carol")["email"] == "Carol@Example.ORG"
+    assert store.client.smembers(store.email_prefix + "carol@example.org") == {b"carol"}
+    # A new address moves the name from the old set to the new one.
+    assert add_user("carol", "pw", "--ident", "c", "--email", "c2@example.org", "--overwrite") == 0
+    assert store.client.smembers(store.email_prefix + "carol@example.org") == set()
+    assert store.client.smembers(store.email_prefix + "c2@example.org") == {b"carol"}
+    assert add_user("dan", "pw", "--ident", "d", "--email", "not-an-address") == 1
+    assert "is not an e-mail address" in capsys.readouterr().err
