@@ -91,6 +91,22 @@ out.profile = await authed.getProfileInfo("@alice:localhost");
 out.capabilities = Object.keys(await authed.getCapabilities()).sort();
 try { await client.loginRequest({ type: "m.login.password", identifier: { type: "m.id.user", user: "alice" }, password: "bad" }); }
 catch (e) { out.bad_login = [e.httpStatus, e.errcode]; }
+// Sessions: a second device, the device list, a rename, deletion through UIA, logout.
+const phone = await client.loginRequest({ type: "m.login.password", identifier: { type: "m.id.user", user: "alice" },
+  password: "wonderland", device_id: "JSPHONE", initial_device_display_name: "js phone" });
+const phoneClient = sdk.createClient({ baseUrl: base, accessToken: phone.access_token, userId: phone.user_id });
+out.devices = (await authed.getDevices()).devices.map(d => [d.device_id, d.display_name]).sort();
+await authed.setDeviceDetails("JSPHONE", { display_name: "renamed" });
+out.renamed = (await authed.getDevice("JSPHONE")).display_name;
+let session = null;
+try { await authed.deleteDevice("JSPHONE"); }
+catch (e) { out.uia = [e.httpStatus, e.errcode ?? null, e.data.flows]; session = e.data.session; }
+const auth = { type: "m.login.password", identifier: { type: "m.id.user", user: "alice" }, password: "wonderland", session };
+await authed.deleteDevice("JSPHONE", auth);
+try { await phoneClient.whoami(); } catch (e) { out.phone_after_delete = [e.httpStatus, e.errcode, e.data.soft_logout]; }
+await authed.logout();
+const stale = sdk.createClient({ baseUrl: base, accessToken: login.access_token, userId: login.user_id });
+try { await stale.whoami(); } catch (e) { out.after_logout = [e.httpStatus, e.errcode, e.data.soft_logout]; }
 console.log(JSON.stringify(out));
 """
 
@@ -136,6 +152,12 @@ async def test_matrix_js_sdk(base, http_server, js_sdk):
     assert out["profile"] == {"displayname": "Alice [alice]", "avatar_url": "mxc://localhost/alice"}
     assert "m.room_versions" in out["capabilities"] and "m.change_password" in out["capabilities"]
     assert out["bad_login"] == [403, "M_FORBIDDEN"]
+    # Sessions through js-sdk's own calls: the first UIA answer has no errcode.
+    assert out["devices"] == [["DUMMY", ""], ["JSPHONE", "js phone"]]
+    assert out["renamed"] == "renamed"
+    assert out["uia"] == [401, None, [{"stages": ["m.login.password"]}]]
+    assert out["phone_after_delete"] == [401, "M_UNKNOWN_TOKEN", False]
+    assert out["after_logout"] == [401, "M_UNKNOWN_TOKEN", False]
 
 
 async def test_matrix_nio_sessions(base, http_server):
