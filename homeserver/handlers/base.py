@@ -98,6 +98,18 @@ class BaseHandler(RequestHandler):
         self.set_status(204)
         self.finish()
 
+    async def head(self, *args: Any, **kwargs: Any) -> None:
+        """HEAD wherever GET is answered (load balancers probe /health with it).
+
+        The GET runs as is: same status, same headers, Content-Length of the body it
+        would send; Tornado writes no body for a HEAD request. No GET here: 405.
+        """
+        if type(self).get is RequestHandler.get:
+            raise HTTPError(405)
+        result = self.get(*args, **kwargs)
+        if result is not None:
+            await result
+
     def write_json(self, value: Any, status: int = 200) -> None:
         self.set_status(status)
         self.finish(encode_json(value))
