@@ -18,7 +18,7 @@ from homeserver.drain import InFlight
 from homeserver.errors import ConfigError
 from homeserver.listen import Listeners, bind_listeners
 from homeserver.tokens import load_secret
-from homeserver.workers import EXIT_CONFIG, run_workers
+from homeserver.workers import EXIT_CONFIG, run_workers, watch_parent
 
 logger = logging.getLogger(__name__)
 
@@ -59,10 +59,12 @@ def run(config: Config) -> int:
     # Make (or check) the signing secret once, so the workers do not race to create it.
     load_secret(config)
 
+    parent = os.getpid()
+
     def worker(index: int) -> int:
         try:
             # Each worker makes its own loop after the fork.
-            run_event_loop(serve(config, listeners, worker=index), server_cfg["event_loop"])
+            run_event_loop(serve(config, listeners, worker=index, parent=parent), server_cfg["event_loop"])
         except ConfigError as exc:
             logger.error("worker %d: %s", index, exc)
             return EXIT_CONFIG
@@ -87,8 +89,11 @@ def log_listening(sockets: list[socket.socket], what: str) -> None:
     logger.info("listening on %s (%s)", ", ".join(addresses), what)
 
 
-async def serve(config: Config, listeners: Listeners, worker: int | None = None) -> None:
-    """Start the backend (in this process: after any fork), listen, and stop cleanly on a signal."""
+async def serve(config: Config, listeners: Listeners, worker: int | None = None, parent: int | None = None) -> None:
+    """Start the backend (in this process: after any fork), listen, and stop cleanly on a signal.
+
+    A worker (`worker` its index) also stops when its `parent` process is gone.
+    """
     # Load the users before anything else, so a broken store fails start-up cleanly.
     backend = create_backend(config)
     await backend.start()
@@ -118,7 +123,10 @@ async def serve(config: Config, listeners: Listeners, worker: int | None = None)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(reload_users(hs)))
+    orphan_watch = asyncio.ensure_future(watch_parent(parent, stop.set)) if parent is not None else None
     await stop.wait()
+    if orphan_watch is not None:
+        orphan_watch.cancel()
     # A second SIGTERM/SIGINT (Ctrl-C again) cuts the drain short.
     hurry = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
