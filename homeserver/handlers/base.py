@@ -147,6 +147,12 @@ class BaseHandler(RequestHandler):
         return MatrixError(500, "M_UNKNOWN", "Internal server error")
 
     def log_exception(self, typ: Any, value: BaseException | None, tb: Any) -> None:
+        if self._finished and self.hs.inflight.draining:
+            # The drain timeout answered this request 503 (homeserver.drain), then the
+            # shutdown closed what it was waiting for (a queued password check is
+            # cancelled, a store connection closed): expected, and already answered.
+            logger.debug("%s %s cut off by the shutdown: %r", self.request.method, self.request.path, value)
+            return
         if isinstance(value, MatrixError):
             if value.status >= 500:
                 logger.error("%s %s: %s", self.request.method, self.request.path, value)
