@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
-from typing import Any, Iterator
+from typing import Any, Collection, Iterator
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
@@ -15,19 +16,23 @@ from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import RedisClusterException, RedisError, ResponseError
 
-from backends.base import ConfigError, StoreDataError, StoreUnavailable, User, UserBackend, UserExists
+from backends.base import ConfigError, StoreDataError, StoreUnavailable, User, UserBackend, UserExists, UserIncomplete
 
 logger = logging.getLogger(__name__)
 
-# Create or replace the user's hash in one step, so concurrent add-user runs cannot
-# both "win" and an overwrite never leaves fields of the old record behind.
-# KEYS[1] the hash; ARGV[1] "1" to overwrite; ARGV[2..] field, value pairs.
+# Create or replace the user's hash in one step, so concurrent add-user runs cannot both
+# "win". KEYS[1] the hash; ARGV[1] "1" to overwrite; ARGV[2] "1" if the user must exist
+# (its password or ident is kept); ARGV[3] n, then the n fields an overwrite removes;
+# then field, value pairs to set. Other fields of an existing hash stay as they are.
+# Returns 0 (exists, no overwrite), 1 (added), 2 (replaced) or -1 (must exist, does not).
 ADD_USER_SCRIPT = """
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  if ARGV[1] ~= '1' then return 0 end
-  redis.call('DEL', KEYS[1])
-end
-redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+local exists = redis.call('EXISTS', KEYS[1]) == 1
+if exists and ARGV[1] ~= '1' then return 0 end
+if not exists and ARGV[2] == '1' then return -1 end
+local n = tonumber(ARGV[3])
+if exists and n > 0 then redis.call('HDEL', KEYS[1], unpack(ARGV, 4, 3 + n)) end
+if #ARGV > 3 + n then redis.call('HSET', KEYS[1], unpack(ARGV, 4 + n)) end
+if exists then return 2 end
 return 1
 """
 
@@ -265,18 +270,23 @@ class RedisBackend(UserBackend):
             avatar_url=record.get("avatar_url"),
         )
 
-    async def add_user(self, user: User, *, overwrite: bool = False) -> None:
+    async def add_user(self, user: User, *, overwrite: bool = False, keep: Collection[str] = ()) -> bool:
         key = self.key(user.name)
         if self.client is None:  # the CLI provisions without serving
             self.client = self._make_client()
-        fields = {"password": user.password or "", "ident": user.ident}
-        if user.display_name is not None:
-            fields["display_name"] = user.display_name
-        if user.avatar_url is not None:
-            fields["avatar_url"] = user.avatar_url
-        args = ["1" if overwrite else "0", *(part for pair in fields.items() for part in pair)]
+        # The hash holds every field of User but the name (it is in the key).
+        fields = {f.name: getattr(user, f.name) for f in dataclasses.fields(User) if f.name not in ("name", *keep)}
+        if "password" in fields:
+            fields["password"] = fields["password"] or ""
+        removed = [name for name, value in fields.items() if value is None]
+        pairs = [part for name, value in fields.items() if value is not None for part in (name, value)]
+        must_exist = "1" if {"password", "ident"} & set(keep) else "0"
+        args = ["1" if overwrite else "0", must_exist, str(len(removed)), *removed, *pairs]
         with self._errors(key):
-            created = await self._redis().eval(ADD_USER_SCRIPT, 1, key, *args)
-        if not created:
+            outcome = await self._redis().eval(ADD_USER_SCRIPT, 1, key, *args)
+        if outcome == 0:
             raise UserExists(user.name)
+        if outcome == -1:
+            raise UserIncomplete(user.name, [k for k in ("password", "ident") if k in keep])
         logger.info("stored user %r at Redis key %r", user.name, key)
+        return outcome == 2

@@ -9,7 +9,8 @@ from typing import Any
 from backends.base import User
 from homeserver.errors import MatrixError, invalid_param, missing_param
 from homeserver.names import local_name, user_id
-from homeserver.passwords import HashDecodeError, Overloaded, PasswordChecker, decode_stored
+from backends.hashes import stored_password_problem
+from homeserver.passwords import HashDecodeError, Overloaded, PasswordChecker
 from homeserver.ratelimit import LoginLimits
 from homeserver.tokens import TokenIssuer
 from homeserver.users import Users
@@ -89,8 +90,8 @@ def _make_token(tokens: TokenIssuer, name: str, device_id: str) -> str:
         raise MatrixError(403, "M_UNKNOWN", "Access Token generation failed") from None
 
 
-def _decoding_failed(user: User, why: str) -> MatrixError:
-    logger.error("operator error: stored password of user %r cannot be used: %s", user.name, why)
+def _decoding_failed(users: Users, user: User, why: str) -> MatrixError:
+    users.report_unusable_password(user, why)
     return MatrixError(500, "M_UNKNOWN", "Password hash decoding failed")
 
 
@@ -122,18 +123,18 @@ async def login(
 
     verdict = await users.verify_password(user, request.password)
     if verdict is None:
-        # Rule 4: the stored text is the hex form of the bcrypt hash.
-        if user.password is None:
-            raise _decoding_failed(user, "no password stored")
-        try:
-            hashed = decode_stored(user.password)
-        except HashDecodeError as exc:
-            raise _decoding_failed(user, str(exc)) from None
+        # Rule 4: the stored text is the hex form of the bcrypt hash. One that is not (not
+        # hex, or hex of something else) fails here, before it costs a password check.
+        stored = user.password
+        problem = "no password stored" if stored is None else stored_password_problem(stored)
+        if stored is None or problem is not None:
+            raise _decoding_failed(users, user, problem or "no password stored")
+        hashed = bytes.fromhex(stored)
         # Rule 5: bcrypt, on the password pool, never on the event loop.
         try:
             verdict = await checker.check(request.password, hashed)
         except HashDecodeError as exc:
-            raise _decoding_failed(user, str(exc)) from None
+            raise _decoding_failed(users, user, str(exc)) from None
         except Overloaded:
             raise MatrixError(
                 429,

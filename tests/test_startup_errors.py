@@ -81,3 +81,11 @@ def test_metrics_port_taken(run_server, taken_port, processes, offset):
 def test_metrics_port_past_the_last_port(run_server):
     proc = run_server("--processes", "2", extra="[metrics]\nenabled = true\nport = 65535\n")
     assert_one_line(proc, "metrics.port", "65536")
+
+
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_a_plain_bcrypt_hash_in_the_users_file_names_the_record(run_server, tmp_path, processes):
+    plain = {"name": "carol", "password": "$2b$12$" + "a" * 53, "ident": "-c"}
+    (tmp_path / "users.json").write_text(json.dumps({"users": [*DEFAULT_USERS, plain]}))
+    proc = run_server("--processes", processes)
+    assert_one_line(proc, "record 2 ('carol')", "bcrypt hash as plain text, not its hex text")

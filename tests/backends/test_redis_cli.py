@@ -52,15 +52,36 @@ def test_add_user_writes_the_hash(store, add_user, capsys):
 
 
 def test_add_user_refuses_a_duplicate_unless_overwrite(store, add_user, capsys):
-    assert add_user("carol", "one", "--ident", "a", "--display-name", "Carol") == 0
+    assert add_user("carol", "one", "--ident", "a", "--display-name", "Carol", "--avatar-url", "mxc://x/c") == 0
     assert add_user("carol", "two", "--ident", "b") == 1
     assert "exists already" in capsys.readouterr().err
     assert store.get("carol")["ident"] == "a"
     assert add_user("carol", "two", "--ident", "b", "--overwrite") == 0
+    assert capsys.readouterr().out == "replaced @carol:localhost\n"
     stored = store.get("carol")
-    # The record is replaced whole: no display name left over from the old one.
-    assert set(stored) == {"password", "ident"} and stored["ident"] == "b"
+    # What was given changed; the display name and avatar, not given, stayed.
+    assert (stored["ident"], stored["display_name"], stored["avatar_url"]) == ("b", "Carol", "mxc://x/c")
     assert bcrypt.checkpw(b"two", bytes.fromhex(stored["password"]))
+
+
+def test_overwrite_removes_an_empty_value_and_can_keep_the_password(store, add_user, capsys):
+    assert add_user("carol", "one", "--ident", "a", "--display-name", "Carol", "--avatar-url", "mxc://x/c") == 0
+    store.client.hset(store.prefix + "carol", "email", "carol@example.org")  # a field add-user leaves alone
+    before = store.get("carol")["password"]
+    assert add_user("carol", "", "--overwrite", "--keep-password", "--display-name", "", "--avatar-url", "mxc://x/d") == 0
+    assert store.get("carol") == {
+        "password": before, "ident": "a", "avatar_url": "mxc://x/d", "email": "carol@example.org"
+    }
+
+
+def test_overwrite_of_a_missing_user_needs_ident_and_password(store, add_user, capsys):
+    assert add_user("dora", "", "--overwrite", "--keep-password", "--ident", "d") == 1
+    assert capsys.readouterr().err == "homeserver: error: user 'dora' does not exist; adding it needs a password\n"
+    assert add_user("dora", "pw", "--overwrite") == 1
+    assert capsys.readouterr().err == "homeserver: error: user 'dora' does not exist; adding it needs --ident\n"
+    assert store.get("dora") == {}
+    assert add_user("dora", "pw", "--overwrite", "--ident", "d") == 0
+    assert capsys.readouterr().out == "added @dora:localhost\n"
 
 
 def test_add_user_refuses_an_existing_user_from_the_fixtures(store, add_user, capsys):
