@@ -89,9 +89,10 @@ class UserIncomplete(Exception):
 class StoreUnavailable(Exception):
     """The user store cannot be reached or timed out; answered with 503 and Retry-After."""
 
-    def __init__(self, message: str = "User store unavailable", retry_after: int = 5) -> None:
+    def __init__(self, message: str = "User store unavailable", retry_after: int = 5, *, store: str = "user store") -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.store = store  # which store: "user store" or "session store"
 
 
 class StoreDataError(Exception):

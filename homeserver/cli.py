@@ -1,4 +1,4 @@
-"""Command line: serve (default), hash-password, add-user."""
+"""Command line: serve (default), hash-password, add-user, sessions."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import sys
 from typing import Sequence
 
 from backends.base import User, UserExists, UserIncomplete
+from homeserver.cli_sessions import UnknownTarget
+from homeserver.cli_sessions import add_commands as add_session_commands
 from homeserver.config import Config, load_config
 from homeserver.errors import ConfigError, StoreDataError, StoreUnavailable
 from homeserver.names import MAX_USER_ID_BYTES, user_id
@@ -130,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, help="listen port (overrides server.port)")
     parser.add_argument("--processes", type=int, help="worker processes (overrides server.processes)")
     parser.set_defaults(func=cmd_serve)
-    sub = parser.add_subparsers(title="commands", metavar="{serve,hash-password,add-user}")
+    sub = parser.add_subparsers(title="commands", metavar="{serve,hash-password,add-user,sessions}")
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -162,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     au.add_argument("--rounds", type=int, choices=range(4, 32), metavar="4..31", help="bcrypt cost")
     au.set_defaults(func=cmd_add_user)
+    add_session_commands(command)
     return parser
 
 
@@ -169,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, CommandError) as exc:
+    except (ConfigError, CommandError, UnknownTarget) as exc:
         print(f"homeserver: error: {exc}", file=sys.stderr)
         return 1
     except StoreUnavailable as exc:

@@ -63,6 +63,13 @@ def _cidrs(value: Any) -> str | None:
     return None
 
 
+def _secrets(value: Any) -> str | None:
+    for index, item in enumerate(value):
+        if len(item.encode("utf-8")) < 32:
+            return f"entry {index} must be at least 32 bytes"
+    return None
+
+
 def _positive(value: Any) -> str | None:
     return None if value > 0 else "must be greater than 0"
 
@@ -70,6 +77,25 @@ def _positive(value: Any) -> str | None:
 def _redis_url(value: Any) -> str | None:
     ok = value.startswith(("redis://", "rediss://", "unix://"))
     return None if ok else "must start with redis://, rediss:// or unix://"
+
+
+def _redis_fields(key_prefix: str) -> dict[str, Field]:
+    """The connection keys of a Redis section (the user backend's, the session store's)."""
+    return {
+        "url": Field("str", "redis://127.0.0.1:6379/0", _redis_url),
+        "key_prefix": Field("str", key_prefix),
+        "mode": Field("str", "standalone", _one_of("standalone", "sentinel", "cluster")),
+        "sentinels": Field("str_list", []),
+        "service_name": Field("str", "mymaster"),
+        "sentinel_password": Field("str", ""),
+        "cluster_nodes": Field("str_list", []),
+        "connect_timeout": Field("float", 1.0, _range(0.05, 60)),
+        "socket_timeout": Field("float", 1.0, _range(0.05, 60)),
+        "retries": Field("int", 1, _range(0, 10)),
+        "max_connections": Field("int", 100, _range(1, 10000)),
+        "health_check_interval": Field("int", 0, _range(0)),
+        "retry_after": Field("int", 5, _range(1, 3600)),
+    }
 
 
 # Every known section and key. Backend sections list their keys here too, so a config
@@ -101,6 +127,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
     },
     "auth": {
         "jwt_secret": Field("str", ""),
+        # Secrets of before a rotation: their tokens are still accepted; new ones use jwt_secret.
+        "previous_jwt_secrets": Field("str_list", [], _secrets),
         "secret_file": Field("str", "jwt.secret", _non_empty),
         "token_lifetime": Field("int", 0, _range(0)),
         "bcrypt_rounds": Field("int", 12, _range(4, 31)),
@@ -120,21 +148,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
         # record); false loads it, and its logins answer 500 as with Redis and LDAP.
         "check_passwords": Field("bool", True),
     },
-    "backend.redis": {
-        "url": Field("str", "redis://127.0.0.1:6379/0", _redis_url),
-        "key_prefix": Field("str", "homeserver:user:"),
-        "mode": Field("str", "standalone", _one_of("standalone", "sentinel", "cluster")),
-        "sentinels": Field("str_list", []),
-        "service_name": Field("str", "mymaster"),
-        "sentinel_password": Field("str", ""),
-        "cluster_nodes": Field("str_list", []),
-        "connect_timeout": Field("float", 1.0, _range(0.05, 60)),
-        "socket_timeout": Field("float", 1.0, _range(0.05, 60)),
-        "retries": Field("int", 1, _range(0, 10)),
-        "max_connections": Field("int", 100, _range(1, 10000)),
-        "health_check_interval": Field("int", 0, _range(0)),
-        "retry_after": Field("int", 5, _range(1, 3600)),
-    },
+    "backend.redis": _redis_fields("homeserver:user:"),
     "backend.ldap": {
         # One URI or a list tried in order: ldap://host[:port] or ldaps://host[:port].
         "uri": Field("str_or_list", "ldap://localhost:389", _non_empty),
@@ -158,6 +172,25 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "avatar_url": Field("str_or_list", "labeledURI"),
         "password": Field("str_or_list", "userPassword"),
     },
+    "sessions": {
+        "store": Field("str", "sqlite", _one_of("sqlite", "redis")),
+        # Seconds between last-seen writes of one session (per process): not every request writes.
+        "touch_interval": Field("float", 60.0, _range(0)),
+        # Seconds between sweeps that end the sessions of users gone from the user store.
+        "sweep_interval": Field("float", 3600.0, _positive),
+    },
+    "sessions.sqlite": {
+        "path": Field("str", "sessions.db", _non_empty),
+        # Seconds a write may wait for the database (another process's write) before 503.
+        "timeout": Field("float", 2.0, _range(0.05, 60)),
+        # Seconds an ended session is remembered (its token is told soft_logout false).
+        "keep_ended": Field("float", 30 * 86400.0, _range(0)),
+    },
+    "sessions.redis": {
+        **_redis_fields("homeserver:session:"),
+        # Seconds an ended session is remembered (its token is told soft_logout false).
+        "keep_ended": Field("float", 30 * 86400.0, _range(0)),
+    },
     "logging": {
         "level": Field("str", "INFO", _one_of("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),
         "format": Field("str", "text", _one_of("text", "json")),
@@ -171,6 +204,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "account_burst": Field("int", 3, _range(1)),
         "failed_attempts_per_second": Field("float", 0.17, _positive),
         "failed_attempts_burst": Field("int", 3, _range(1)),
+        # Keep the buckets in the session store, shared by every worker and server on it.
+        "shared": Field("bool", True),
         # Buckets kept per limit; past that the least recently used is forgotten.
         "max_entries": Field("int", 100_000, _range(100)),
     },

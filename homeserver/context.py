@@ -6,7 +6,9 @@ import logging
 from dataclasses import dataclass, field
 
 import backends
+import backends.sessions
 from backends.base import UserBackend
+from backends.sessions.base import SessionStore
 from homeserver.auth import Auth
 from homeserver.config import Config
 from homeserver.documents import Documents
@@ -15,7 +17,9 @@ from homeserver.metrics import InstrumentedBackend, Metrics
 from homeserver.passwords import PasswordChecker
 from homeserver.proxies import ClientAddress
 from homeserver.ratelimit import LoginLimits
+from homeserver.sessions import Sessions
 from homeserver.tokens import TokenIssuer, load_secret
+from homeserver.uia import UserInteractiveAuth
 from homeserver.users import Users
 
 logger = logging.getLogger(__name__)
@@ -23,10 +27,11 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class HomeServer:
-    """Config, the user store, tokens and auth, the password pool, documents, limits, metrics."""
+    """Config, the user store, sessions, tokens and auth, the password pool, documents, limits, metrics."""
 
     config: Config
     backend: UserBackend
+    sessions: Sessions
     tokens: TokenIssuer
     checker: PasswordChecker
     documents: Documents
@@ -38,10 +43,12 @@ class HomeServer:
     client_address: ClientAddress = field(default_factory=ClientAddress)
     users: Users = field(init=False)
     auth: Auth = field(init=False)
+    uia: UserInteractiveAuth = field(init=False)
 
     def __post_init__(self) -> None:
         self.users = Users(self.backend)
-        self.auth = Auth(self.tokens, self.users, self.server_name)
+        self.auth = Auth(self.tokens, self.sessions, self.users, self.server_name)
+        self.uia = UserInteractiveAuth(self.tokens.secret, self.users, self.checker, self.limits, self.server_name)
 
     @property
     def server_name(self) -> str:
@@ -53,6 +60,7 @@ class HomeServer:
 
     async def close(self) -> None:
         await self.backend.close()
+        await self.sessions.close()
         self.checker.close()
 
 
@@ -68,21 +76,44 @@ def create_backend(config: Config) -> UserBackend:
     return backends.create_backend(name, options, config_dir=config.config_dir)
 
 
-def build_homeserver(config: Config, backend: UserBackend | None = None) -> HomeServer:
-    """Assemble the context; the backend is started separately (`await backend.start()`)."""
+def create_session_store(config: Config) -> SessionStore:
+    """Build (not start) the session store `[sessions] store` names."""
+    kind = config.get("sessions", "store")
+    return backends.sessions.create_session_store(kind, dict(config.section(f"sessions.{kind}")), config_dir=config.config_dir)
+
+
+def build_homeserver(
+    config: Config, backend: UserBackend | None = None, session_store: SessionStore | None = None
+) -> HomeServer:
+    """Assemble the context; the backend and the session store are started separately (`start()`)."""
     backend = backend if backend is not None else create_backend(config)
     metrics = Metrics() if config.get("metrics", "enabled") else None
     if metrics is not None:
         backend = InstrumentedBackend(backend, metrics)
+    session_store = session_store if session_store is not None else create_session_store(config)
+    limits = LoginLimits.from_config(config.section("rate_limit"), shared=session_store)
+    if metrics is not None:
+        limits.on_fallback = metrics.observe_ratelimit_fallback
+    sessions = Sessions(
+        session_store,
+        lifetime=config.get("auth", "token_lifetime"),
+        touch_interval=config.get("sessions", "touch_interval"),
+        metrics=metrics,
+    )
     return HomeServer(
         config=config,
         backend=backend,
-        tokens=TokenIssuer(load_secret(config), config.get("auth", "token_lifetime")),
+        sessions=sessions,
+        tokens=TokenIssuer(
+            load_secret(config),
+            config.get("auth", "token_lifetime"),
+            previous=config.get("auth", "previous_jwt_secrets"),
+        ),
         checker=PasswordChecker(
             config.get("auth", "bcrypt_workers"), config.get("auth", "max_pending_logins")
         ),
         documents=Documents.from_config(config),
-        limits=LoginLimits.from_config(config.section("rate_limit")),
+        limits=limits,
         metrics=metrics,
         client_address=ClientAddress(config.get("server", "trusted_proxies")),
     )

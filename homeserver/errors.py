@@ -51,14 +51,14 @@ def invalid_param(name: str, expected: str) -> MatrixError:
     return MatrixError(400, "M_INVALID_PARAM", f"Parameter {name} must be {expected}")
 
 
-def unknown_token(message: str = "Unrecognised access token.") -> MatrixError:
-    return MatrixError(401, "M_UNKNOWN_TOKEN", message, soft_logout=False)
+def unknown_token(message: str = "Unrecognised access token.", *, soft_logout: bool = False) -> MatrixError:
+    return MatrixError(401, "M_UNKNOWN_TOKEN", message, soft_logout=soft_logout)
 
 
 def store_unavailable(exc: StoreUnavailable) -> MatrixError:
     return MatrixError(
         503,
         "M_UNKNOWN",
-        "The user store is temporarily unavailable, try again later",
+        f"The {exc.store} is temporarily unavailable, try again later",
         headers={"Retry-After": str(exc.retry_after)},
     )

@@ -7,11 +7,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from backends.base import User
+from backends.hashes import stored_password_problem
 from homeserver.errors import MatrixError, invalid_param, missing_param
 from homeserver.names import local_name, user_id
-from backends.hashes import stored_password_problem
 from homeserver.passwords import HashDecodeError, Overloaded, PasswordChecker
 from homeserver.ratelimit import LoginLimits
+from homeserver.sessions import MAX_DISPLAY_NAME, Sessions
 from homeserver.tokens import TokenIssuer
 from homeserver.users import Users
 
@@ -37,6 +38,7 @@ class LoginRequest:
     user: str
     password: str
     device_id: str
+    display_name: str | None = None  # initial_device_display_name
 
 
 def _string(body: dict[str, Any], key: str, where: str | None = None) -> str | None:
@@ -77,9 +79,17 @@ def parse_login(body: dict[str, Any], server_name: str) -> LoginRequest:
     device_id = _string(body, "device_id")
     if device_id is not None and not 0 < len(device_id) <= MAX_DEVICE_ID:
         raise invalid_param("device_id", f"a string of 1 to {MAX_DEVICE_ID} characters")
+    display_name = _string(body, "initial_device_display_name")
+    if display_name is not None and len(display_name) > MAX_DISPLAY_NAME:
+        raise invalid_param("initial_device_display_name", f"at most {MAX_DISPLAY_NAME} characters")
 
     # A full user ID of this server is reduced to its name; any other text is a name.
-    return LoginRequest(user=local_name(user, server_name), password=password, device_id=device_id or DEFAULT_DEVICE_ID)
+    return LoginRequest(
+        user=local_name(user, server_name),
+        password=password,
+        device_id=device_id or DEFAULT_DEVICE_ID,
+        display_name=display_name,
+    )
 
 
 def _make_token(tokens: TokenIssuer, name: str, device_id: str) -> str:
@@ -95,6 +105,33 @@ def _decoding_failed(users: Users, user: User, why: str) -> MatrixError:
     return MatrixError(500, "M_UNKNOWN", "Password hash decoding failed")
 
 
+async def check_password(users: Users, checker: PasswordChecker, user: User, password: str) -> bool:
+    """Rules 4-5: the password against the stored hash (or the store's own check, LDAP bind)."""
+    verdict = await users.verify_password(user, password)
+    if verdict is not None:
+        return verdict
+    # Rule 4: the stored text is the hex form of the bcrypt hash. One that is not (not
+    # hex, or hex of something else) fails here, before it costs a password check.
+    stored = user.password
+    problem = "no password stored" if stored is None else stored_password_problem(stored)
+    if stored is None or problem is not None:
+        raise _decoding_failed(users, user, problem or "no password stored")
+    hashed = bytes.fromhex(stored)
+    # Rule 5: bcrypt, on the password pool, never on the event loop.
+    try:
+        return await checker.check(password, hashed)
+    except HashDecodeError as exc:
+        raise _decoding_failed(users, user, str(exc)) from None
+    except Overloaded:
+        raise MatrixError(
+            429,
+            "M_LIMIT_EXCEEDED",
+            "Too many logins in progress, try again shortly",
+            headers={"Retry-After": "1"},
+            retry_after_ms=1000,
+        ) from None
+
+
 async def login(
     request: LoginRequest,
     *,
@@ -103,11 +140,13 @@ async def login(
     checker: PasswordChecker,
     server_name: str,
     limits: LoginLimits | None = None,
+    sessions: Sessions | None = None,
+    client_ip: str = "",
 ) -> dict[str, str]:
     """Apply rules 1-6; return the login response or raise the rule's MatrixError."""
     # Rate limits come before the rules: an account under attack costs no lookup or bcrypt.
     if limits is not None:
-        limits.check_account(request.user)
+        await limits.check_account(request.user)
 
     # Rules 1-2: the token is built first, from the name as given.
     token = _make_token(tokens, request.user, request.device_id)
@@ -116,39 +155,19 @@ async def login(
     user = await users.get(request.user, case_insensitive=True)
     if user is None:
         if limits is not None:
-            limits.record_failure(request.user)
+            await limits.record_failure(request.user)
         raise LoginRefused(UNKNOWN_USER, "unknown_user")
     if user.name != request.user:
         token = _make_token(tokens, user.name, request.device_id)
 
-    verdict = await users.verify_password(user, request.password)
-    if verdict is None:
-        # Rule 4: the stored text is the hex form of the bcrypt hash. One that is not (not
-        # hex, or hex of something else) fails here, before it costs a password check.
-        stored = user.password
-        problem = "no password stored" if stored is None else stored_password_problem(stored)
-        if stored is None or problem is not None:
-            raise _decoding_failed(users, user, problem or "no password stored")
-        hashed = bytes.fromhex(stored)
-        # Rule 5: bcrypt, on the password pool, never on the event loop.
-        try:
-            verdict = await checker.check(request.password, hashed)
-        except HashDecodeError as exc:
-            raise _decoding_failed(users, user, str(exc)) from None
-        except Overloaded:
-            raise MatrixError(
-                429,
-                "M_LIMIT_EXCEEDED",
-                "Too many logins in progress, try again shortly",
-                headers={"Retry-After": "1"},
-                retry_after_ms=1000,
-            ) from None
-    if not verdict:
+    if not await check_password(users, checker, user, request.password):  # rules 4-5
         if limits is not None:
-            limits.record_failure(request.user)
+            await limits.record_failure(request.user)
         raise LoginRefused(BAD_PASSWORD, "bad_password")
 
-    # Rule 6.
+    # Rule 6, once the session of the token is recorded (a 200 is never lost).
+    if sessions is not None:
+        await sessions.open(token, user.name, request.device_id, request.display_name, client_ip)
     return {
         "user_id": user_id(user.name, server_name),
         "access_token": token,

@@ -9,6 +9,8 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
+from homeserver.request_id import RequestIdFilter
+
 access_log = logging.getLogger("homeserver.access")
 
 SECRET_PARAMS = frozenset({"access_token", "token", "password"})
@@ -78,6 +80,9 @@ class JsonFormatter(logging.Formatter):
             "pid": record.process,
             "message": record.getMessage(),
         }
+        rid = getattr(record, "request_id", "-")
+        if rid != "-":
+            entry["request_id"] = rid
         if record.name == access_log.name and isinstance(record.args, tuple) and len(record.args) == len(ACCESS_FIELDS):
             entry.update(zip(ACCESS_FIELDS, record.args))
             entry["duration_ms"] = round(entry["duration_ms"], 2)
@@ -101,13 +106,19 @@ class TextFormatter(logging.Formatter):
         return self.default_msec_format % (self._text, record.msecs)
 
 
+def text_formatter() -> TextFormatter:
+    return TextFormatter("%(asctime)s [%(process)d] %(levelname)s %(name)s [%(request_id)s]: %(message)s")
+
+
 def setup_logging(level: str, fmt: str = "text") -> None:
     """Log to stderr at `level`, as text lines or one JSON object per line."""
     handler = logging.StreamHandler()
+    # Every line written while serving a request carries its ID ("-" outside requests).
+    handler.addFilter(RequestIdFilter())
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(TextFormatter("%(asctime)s [%(process)d] %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(text_formatter())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -54,6 +54,22 @@ class Metrics:
             ["backend", "operation"],
             registry=self.registry,
         )
+        self.sessions_opened = Counter(
+            "homeserver_sessions_opened",
+            "Sessions opened (one per successful login).",
+            registry=self.registry,
+        )
+        self.sessions_ended = Counter(
+            "homeserver_sessions_ended",
+            "Sessions ended, by reason: logout, logout_all, device_deleted, user_removed.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.ratelimit_fallbacks = Counter(
+            "homeserver_ratelimit_fallbacks",
+            "Login limit checks answered by this process's own buckets because the shared store could not.",
+            registry=self.registry,
+        )
         # Label children are looked up once per key: labels() costs more than inc().
         self._request_children: dict[tuple[type, str, int], tuple[Any, Any]] = {}
 
@@ -72,6 +88,15 @@ class Metrics:
 
     def observe_login(self, outcome: str) -> None:
         self.logins.labels(outcome).inc()
+
+    def observe_ratelimit_fallback(self) -> None:
+        self.ratelimit_fallbacks.inc()
+
+    def observe_sessions_opened(self) -> None:
+        self.sessions_opened.inc()
+
+    def observe_sessions_ended(self, reason: str, count: int) -> None:
+        self.sessions_ended.labels(reason).inc(count)
 
     def render(self, accept: str | None) -> tuple[bytes, str]:
         """Return the exposition body and its content type, honouring OpenMetrics in Accept."""

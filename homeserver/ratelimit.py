@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
-from homeserver.errors import MatrixError
+from homeserver.errors import MatrixError, StoreUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -92,10 +93,32 @@ def limit_exceeded(seconds: float) -> MatrixError:
     )
 
 
+def store_key(kind: str, key: str) -> str:
+    """A bucket's key in the shared store: always UTF-8 text, never long.
+
+    Names are client input: lone surrogates are escaped, and a name too long to be any
+    account's (over 255 bytes) is replaced by its digest, so no key grows with the body.
+    """
+    text = key.encode("utf-8", "backslashreplace")
+    if len(text) > 255:
+        return f"{kind}:#{hashlib.sha256(text).hexdigest()}"
+    return f"{kind}:{text.decode('utf-8')}"
+
+
+class SharedBuckets(Protocol):
+    """Where shared buckets live: the session store (one GCRA step per call, its clock)."""
+
+    async def rate_limit(self, key: str, interval: float, capacity: float, *, take: bool = True) -> float: ...
+
+
 class LoginLimits:
     """The three login limits: per client address, per account, per account's failures.
 
-    A limit set to None is off; `LoginLimits()` has all three off.
+    A limit set to None is off; `LoginLimits()` has all three off. With a `shared` store
+    the buckets live there, so every worker and every server on that store shares one
+    burst; while the store cannot answer, each process falls back to its own buckets
+    (logged once, counted in `fallbacks`) and tries the store again after
+    `retry_shared` seconds.
     """
 
     def __init__(
@@ -103,13 +126,26 @@ class LoginLimits:
         address: TokenBuckets | None = None,
         account: TokenBuckets | None = None,
         failures: TokenBuckets | None = None,
+        *,
+        shared: SharedBuckets | None = None,
+        retry_shared: float = 5.0,
+        clock: Clock = time.monotonic,
     ) -> None:
         self.address = address
         self.account = account
         self.failures = failures
+        self.shared = shared
+        self.retry_shared = retry_shared
+        self.clock = clock
+        self.fallbacks = 0  # times the shared store failed and local buckets answered
+        self._local_until = 0.0  # while the clock is below it, use the local buckets
+        self._degraded = False
+        self.on_fallback: Callable[[], None] | None = None  # metrics hook
 
     @classmethod
-    def from_config(cls, section: Mapping[str, Any], clock: Clock = time.monotonic) -> "LoginLimits":
+    def from_config(
+        cls, section: Mapping[str, Any], clock: Clock = time.monotonic, shared: SharedBuckets | None = None
+    ) -> "LoginLimits":
         """Build from the validated `[rate_limit]` section; all off when `enabled = false`."""
         if not section["enabled"]:
             return cls()
@@ -122,7 +158,13 @@ class LoginLimits:
                 max_keys=section["max_entries"],
             )
 
-        return cls(buckets("address"), buckets("account"), buckets("failed_attempts"))
+        return cls(
+            buckets("address"),
+            buckets("account"),
+            buckets("failed_attempts"),
+            shared=shared if section["shared"] else None,
+            clock=clock,
+        )
 
     @staticmethod
     def account_key(name: str) -> str:
@@ -130,26 +172,52 @@ class LoginLimits:
         # they share one bucket; otherwise "ALICE", "Alice"... would each get a burst.
         return name.casefold()
 
-    def check_address(self, address: str) -> None:
+    async def _step(self, kind: str, buckets: TokenBuckets, key: str, take: bool = True) -> float:
+        """One bucket step: in the shared store when it answers, else in this process."""
+        if self.shared is not None and self.clock() >= self._local_until:
+            try:
+                wait = await self.shared.rate_limit(store_key(kind, key), buckets.interval, buckets.capacity, take=take)
+            except StoreUnavailable as exc:
+                self._fall_back(exc)
+            else:
+                if self._degraded:
+                    self._degraded = False
+                    logger.warning("shared rate limits answer again")
+                return wait
+        return buckets.take(key) if take else buckets.wait_time(key)
+
+    def _fall_back(self, exc: StoreUnavailable) -> None:
+        if not self._degraded:  # logged once per outage
+            self._degraded = True
+            logger.warning("shared rate limits unavailable, each process counts on its own until they answer: %s", exc)
+        self.fallbacks += 1
+        self._local_until = self.clock() + self.retry_shared
+        if self.on_fallback is not None:
+            self.on_fallback()
+
+    async def check_address(self, address: str) -> None:
         """Count a login attempt from `address`; 429 when over the limit."""
         if self.address is not None:
-            wait = self.address.take(address)
+            wait = await self._step("address", self.address, address)
             if wait:
                 raise limit_exceeded(wait)
 
-    def check_account(self, name: str) -> None:
+    async def check_account(self, name: str) -> None:
         """Count an attempt on account `name`, and refuse one whose failures are over the limit."""
-        key = self.account_key(name)
-        if self.failures is not None:
-            wait = self.failures.wait_time(key)
-            if wait:
-                raise limit_exceeded(wait)
+        await self.check_failures(name)
         if self.account is not None:
-            wait = self.account.take(key)
+            wait = await self._step("account", self.account, self.account_key(name))
             if wait:
                 raise limit_exceeded(wait)
 
-    def record_failure(self, name: str) -> None:
+    async def check_failures(self, name: str) -> None:
+        """Refuse (429) an account whose failed attempts are over the limit; take nothing."""
+        if self.failures is not None:
+            wait = await self._step("failed", self.failures, self.account_key(name), take=False)
+            if wait:
+                raise limit_exceeded(wait)
+
+    async def record_failure(self, name: str) -> None:
         """Count a failed attempt (unknown user or wrong password) on account `name`."""
         if self.failures is not None:
-            self.failures.take(self.account_key(name))
+            await self._step("failed", self.failures, self.account_key(name))

@@ -13,7 +13,7 @@ from tornado.httpserver import HTTPServer
 
 from homeserver.app import make_app, make_metrics_app
 from homeserver.config import Config
-from homeserver.context import HomeServer, build_homeserver, create_backend
+from homeserver.context import HomeServer, build_homeserver, create_backend, create_session_store
 from homeserver.drain import InFlight
 from homeserver.errors import ConfigError
 from homeserver.listen import Listeners, bind_listeners
@@ -76,12 +76,21 @@ def run(config: Config) -> int:
 
 
 async def probe_backend(config: Config) -> None:
-    """Start the backend and close it again: a bad store fails here, in the parent."""
+    """Start the user backend and the session store, and close them again.
+
+    A bad store fails here, in the parent, and the session store's schema is created or
+    migrated once, before the workers start.
+    """
     backend = create_backend(config)
     try:
         await backend.start()
     finally:
         await backend.close()
+    store = create_session_store(config)
+    try:
+        await store.start()
+    finally:
+        await store.close()
 
 
 def log_listening(sockets: list[socket.socket], what: str) -> None:
@@ -97,9 +106,18 @@ async def serve(config: Config, listeners: Listeners, worker: int | None = None,
     # Load the users before anything else, so a broken store fails start-up cleanly.
     backend = create_backend(config)
     await backend.start()
-    hs = build_homeserver(config, backend)
+    session_store = create_session_store(config)
+    try:
+        await session_store.start()
+    except BaseException:
+        await backend.close()
+        raise
+    hs = build_homeserver(config, backend, session_store)
+    sweeper = asyncio.ensure_future(
+        hs.sessions.sweep_forever(hs.users, config.get("sessions", "sweep_interval"))
+    )
     server_cfg = config.section("server")
-    # The login handler streams its body and answers 413 itself; this bound only caps
+    # Handlers that take a body stream it and answer 413 themselves; this bound only caps
     # what any other handler buffers before it is thrown away.
     limit = max(4 * server_cfg["max_body_size"], 1 << 20)
     server = HTTPServer(
@@ -131,6 +149,7 @@ async def serve(config: Config, listeners: Listeners, worker: int | None = None,
     hurry = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, hurry.set)
+    sweeper.cancel()
     await shutdown(hs, server, hs.inflight, server_cfg["drain_timeout"], metrics_server, hurry)
 
 

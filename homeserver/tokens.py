@@ -7,9 +7,10 @@ import os
 import secrets
 import time
 from dataclasses import dataclass
+from typing import Sequence
 
 from jose import jwt
-from jose.exceptions import JOSEError
+from jose.exceptions import ExpiredSignatureError, JOSEError, JWTClaimsError
 
 from homeserver.config import Config
 from homeserver.errors import ConfigError
@@ -42,9 +43,18 @@ class TokenIssuer:
     """Signs and verifies access tokens with one secret."""
 
     def __init__(
-        self, secret: str, lifetime: int = 0, cache_ttl: float = TOKEN_CACHE_TTL, cache_size: int = TOKEN_CACHE_SIZE
+        self,
+        secret: str,
+        lifetime: int = 0,
+        cache_ttl: float = TOKEN_CACHE_TTL,
+        cache_size: int = TOKEN_CACHE_SIZE,
+        previous: Sequence[str] = (),
     ) -> None:
         self.secret = secret
+        # Secrets from before a rotation: tokens they signed still verify (new ones never
+        # use them). The verified-token cache lives in the process, so a restart without a
+        # secret forgets its tokens at once.
+        self.keys = [secret, *(key for key in previous if key != secret)]
         self.lifetime = lifetime
         self.cache_ttl = cache_ttl
         self.cache_size = cache_size
@@ -52,11 +62,15 @@ class TokenIssuer:
         self._cache: dict[str, tuple[Claims, float, float | None]] = {}
 
     def issue(self, name: str, device_id: str) -> str:
-        """Sign the claims `sub` and `device_id` (plus `exp` when a lifetime is set)."""
+        """Sign the claims `sub` and `device_id` (plus `exp` when a lifetime is set), with a fresh nonce."""
         claims: dict[str, object] = {"sub": name, "device_id": device_id}
         if self.lifetime:
             claims["exp"] = int(time.time()) + self.lifetime
-        return jwt.encode(claims, self.secret, algorithm=ALGORITHMS[0])
+        # The claims are fixed by the specification, so what makes each login's token
+        # distinct (and so its session, keyed by the token's digest) is a random value in
+        # the protected header: 96 bits, never repeated in practice.
+        headers = {"nonce": secrets.token_urlsafe(12)}
+        return jwt.encode(claims, self.secret, algorithm=ALGORITHMS[0], headers=headers)
 
     def verify(self, token: str) -> Claims:
         """Return the claims of a valid token; TokenError for anything else."""
@@ -81,10 +95,17 @@ class TokenIssuer:
 
     def _decode(self, token: str) -> tuple[Claims, float | None]:
         """The full check: signature, algorithm, claims and expiry (python-jose)."""
-        try:
-            claims = jwt.decode(token, self.secret, algorithms=ALGORITHMS)
-        except (JOSEError, UnicodeError) as exc:  # UnicodeError: text that is no token at all
-            raise TokenError(str(exc)) from None
+        first_error: Exception | None = None
+        for key in self.keys:
+            try:
+                claims = jwt.decode(token, key, algorithms=ALGORITHMS)
+                break
+            except (JOSEError, UnicodeError) as exc:  # UnicodeError: text that is no token at all
+                # A claims error means this key's signature matched: that is the answer.
+                if first_error is None or isinstance(exc, (ExpiredSignatureError, JWTClaimsError)):
+                    first_error = exc
+        else:
+            raise TokenError(str(first_error)) from None
         name, device_id = claims.get("sub"), claims.get("device_id")
         if not isinstance(name, str) or not isinstance(device_id, str):
             raise TokenError("token lacks sub or device_id")

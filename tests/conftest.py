@@ -12,7 +12,7 @@ from typing import Any, Awaitable, Callable
 import pytest
 
 from homeserver.app import make_app
-from homeserver.context import build_homeserver, create_backend
+from homeserver.context import build_homeserver, create_backend, create_session_store
 from homeserver.config import Config, build_config
 from tests.helpers import DEFAULT_USERS, JWT_SECRET, Response, assert_json
 
@@ -72,8 +72,17 @@ def backend(config, io_loop):
 
 
 @pytest.fixture
-def hs(config, backend):
-    hs = build_homeserver(config, backend)
+def session_store(config, io_loop):
+    """The configured session store (SQLite in tmp_path unless a test overrides it), started."""
+    store = create_session_store(config)
+    io_loop.run_sync(store.start)
+    yield store
+    io_loop.run_sync(store.close)
+
+
+@pytest.fixture
+def hs(config, backend, session_store):
+    hs = build_homeserver(config, backend, session_store)
     yield hs
     hs.checker.close()
 

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 from mautrix.client import Client as MautrixClient
-from mautrix.errors import MForbidden, MNotFound
+from mautrix.errors import MForbidden, MNotFound, MUnknownToken
 from mautrix.types import LoginType, UserID
 from nio import AsyncClient, DiscoveryInfoResponse, LoginError, LoginResponse, ProfileGetError, ProfileGetResponse
 
@@ -137,3 +137,56 @@ async def test_matrix_js_sdk(base, http_server, js_sdk):
     assert out["profile"] == {"displayname": "Alice [alice]", "avatar_url": "mxc://localhost/alice"}
     assert "m.room_versions" in out["capabilities"] and "m.change_password" in out["capabilities"]
     assert out["bad_login"] == [403, "M_FORBIDDEN"]
+
+
+async def test_matrix_nio_sessions(base, http_server):
+    """nio logs in on two devices, lists them, renames one, deletes one through UIA, logs out."""
+    from nio import DeleteDevicesAuthResponse, DeleteDevicesResponse, DevicesResponse, LogoutResponse
+    from nio import UpdateDeviceResponse, WhoamiError
+
+    phone = AsyncClient(base, "@alice:localhost", device_id="PHONE")
+    laptop = AsyncClient(base, "@alice:localhost", device_id="LAPTOP")
+    try:
+        assert isinstance(await phone.login("wonderland", device_name="Phone"), LoginResponse)
+        assert isinstance(await laptop.login("wonderland"), LoginResponse)
+        devices = await laptop.devices()
+        assert isinstance(devices, DevicesResponse), devices
+        by_id = {d.id: d for d in devices.devices}
+        assert set(by_id) == {"PHONE", "LAPTOP"} and by_id["PHONE"].display_name == "Phone"
+        assert isinstance(await laptop.update_device("LAPTOP", {"display_name": "Laptop"}), UpdateDeviceResponse)
+        # UIA: nio's first call gets the flows and a session, the second one passes the password.
+        first = await laptop.delete_devices(["PHONE"])
+        assert isinstance(first, DeleteDevicesAuthResponse), first
+        auth = {"type": "m.login.password", "user": "alice", "password": "wonderland", "session": first.session}
+        assert isinstance(await laptop.delete_devices(["PHONE"], auth), DeleteDevicesResponse)
+        gone = await phone.whoami()
+        assert isinstance(gone, WhoamiError) and gone.status_code == "M_UNKNOWN_TOKEN"
+        token = laptop.access_token
+        assert isinstance(await laptop.logout(), LogoutResponse)
+        laptop.access_token = token  # nio forgets it on logout; the server must refuse it too
+        gone = await laptop.whoami()
+        assert isinstance(gone, WhoamiError) and gone.status_code == "M_UNKNOWN_TOKEN"
+    finally:
+        await phone.close()
+        await laptop.close()
+
+
+async def test_mautrix_sessions(base, http_server):
+    """mautrix logs in twice, logs one session out, then every session with logout_all."""
+    first, second = MautrixClient(base_url=base), MautrixClient(base_url=base)
+    try:
+        for client in (first, second):
+            await client.login(identifier="alice", login_type=LoginType.PASSWORD, password="wonderland",
+                               store_access_token=True)
+        devices = await second.api.request("GET", "/_matrix/client/v3/devices")
+        assert [d["device_id"] for d in devices["devices"]] == ["DUMMY"]
+        token = first.api.token
+        await first.logout()
+        first.api.token = token
+        with pytest.raises(MUnknownToken):
+            await first.whoami()
+        assert (await second.whoami()).user_id == "@alice:localhost"
+        await second.logout_all()
+    finally:
+        await first.api.session.close()
+        await second.api.session.close()

@@ -85,29 +85,29 @@ def test_limit_exceeded_error():
     assert error.headers == {"Retry-After": "1"}
 
 
-def test_login_limits_from_config(clock):
+async def test_login_limits_from_config(clock):
     config = build_config({"rate_limit": {"account_burst": 2, "failed_attempts_burst": 1}})
     limits = LoginLimits.from_config(config.section("rate_limit"), clock)
-    limits.check_account("Alice")
-    limits.check_account("alice")  # case variants share a bucket
+    await limits.check_account("Alice")
+    await limits.check_account("alice")  # case variants share a bucket
     with pytest.raises(Exception) as info:
-        limits.check_account("ALICE")
+        await limits.check_account("ALICE")
     assert info.value.status == 429
     clock.advance(100)
-    limits.record_failure("alice")
+    await limits.record_failure("alice")
     with pytest.raises(Exception) as info:
-        limits.check_account("alice")  # failures are over the limit: refused before trying
+        await limits.check_account("alice")  # failures are over the limit: refused before trying
     assert info.value.status == 429
 
 
-def test_disabled_turns_everything_off():
+async def test_disabled_turns_everything_off():
     config = build_config({"rate_limit": {"enabled": False}})
     limits = LoginLimits.from_config(config.section("rate_limit"))
     assert limits.address is limits.account is limits.failures is None
     for _ in range(100):
-        limits.check_address("1.2.3.4")
-        limits.check_account("alice")
-        limits.record_failure("alice")
+        await limits.check_address("1.2.3.4")
+        await limits.check_account("alice")
+        await limits.record_failure("alice")
 
 
 def test_bad_rate_limit_values_are_config_errors():

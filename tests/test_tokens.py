@@ -60,3 +60,33 @@ def test_a_short_kept_secret_is_an_error(tmp_path):
 def test_secret_file_in_a_missing_folder_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match=r"^auth\.secret_file: cannot create"):
         load_secret(config_in(tmp_path, secret_file="no/such/dir/secret"))
+
+
+OLD, NEW = "o" * 32, "n" * 32
+
+
+def test_rotation_accepts_the_previous_secret_and_signs_with_the_new():
+    old_token = TokenIssuer(OLD).issue("alice", "D")
+    rotated = TokenIssuer(NEW, previous=[OLD])
+    assert rotated.verify(old_token).name == "alice"
+    new_token = rotated.issue("bob", "D")
+    # Signed with the new secret only: a server still on the old one alone refuses it.
+    with pytest.raises(TokenError):
+        TokenIssuer(OLD).verify(new_token)
+    assert TokenIssuer(NEW).verify(new_token).name == "bob"
+    # Dropping the old secret (a restart with the new config) ends its tokens.
+    with pytest.raises(TokenError):
+        TokenIssuer(NEW).verify(old_token)
+    # An expired token stays expired whatever secret signed it.
+    expired = TokenIssuer(OLD, lifetime=-10).issue("alice", "D")
+    with pytest.raises(TokenError, match="expired"):
+        TokenIssuer(NEW, previous=[OLD]).verify(expired)
+
+
+def test_previous_secrets_are_checked_at_start_up(tmp_path):
+    config = build_config({"auth": {"jwt_secret": NEW, "previous_jwt_secrets": [OLD]}}, environ={})
+    assert config.get("auth", "previous_jwt_secrets") == [OLD]
+    with pytest.raises(ConfigError, match=r"^auth\.previous_jwt_secrets"):
+        build_config({"auth": {"previous_jwt_secrets": ["short"]}}, environ={})
+    from_env = build_config({}, environ={"HOMESERVER_AUTH__PREVIOUS_JWT_SECRETS": f'["{OLD}"]'})
+    assert from_env.get("auth", "previous_jwt_secrets") == [OLD]

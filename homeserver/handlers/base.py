@@ -14,6 +14,7 @@ from homeserver.auth import Requester
 from homeserver.context import HomeServer
 from homeserver.errors import MatrixError, StoreDataError, StoreUnavailable, store_unavailable, unknown_token
 from homeserver.jsonio import encode_json
+from homeserver import request_id
 from homeserver.logs import scrub_uri
 
 logger = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ class BaseHandler(RequestHandler):
 
     requester: Requester | None = None
     _client_ip: str | None = None
+    _request_id: str | None = None
 
     @property
     def hs(self) -> HomeServer:
@@ -85,9 +87,18 @@ class BaseHandler(RequestHandler):
         for name, value in CORS_HEADERS:
             headers[name] = value
         headers["Content-Type"] = JSON_TYPE
+        headers[request_id.HEADER] = self._request_id or self._begin_request()
         if self.hs.inflight.draining:
             # Shutting down: clients should not send more on this connection.
             headers["Connection"] = "close"
+
+    def _begin_request(self) -> str:
+        """Choose this request's ID (set_default_headers runs first, as Tornado makes the handler)."""
+        peer = self.request.remote_ip or ""
+        trusted = self.hs.client_address.is_trusted(peer) if self.hs.client_address.networks else False
+        self._request_id = request_id.choose(self.request.headers.get(request_id.HEADER), trusted)
+        request_id.begin(self._request_id)
+        return self._request_id
 
     def compute_etag(self) -> None:
         # Matrix clients do not revalidate these documents; hashing every body is waste.
@@ -158,7 +169,7 @@ class BaseHandler(RequestHandler):
                 logger.error("%s %s: %s", self.request.method, self.request.path, value)
             return
         if isinstance(value, StoreUnavailable):
-            logger.warning("user store unavailable: %s", value)
+            logger.warning("%s unavailable: %s", value.store, value)
             return
         if isinstance(value, StoreDataError):
             logger.error("operator error in the user store: %s", value)
@@ -199,7 +210,7 @@ class BaseHandler(RequestHandler):
 
     async def authenticate(self) -> Requester:
         """Authenticate the request's access token (homeserver.auth); sets `self.requester`."""
-        self.requester = await self.hs.auth.requester(self.access_token())
+        self.requester = await self.hs.auth.requester(self.access_token(), self.client_ip)
         return self.requester
 
 

@@ -25,7 +25,7 @@ class LoginHandler(BodyHandler):
         self.write_json(response)
 
     async def _login(self) -> dict[str, str]:
-        self.hs.limits.check_address(self.client_ip)
+        await self.hs.limits.check_address(self.client_ip)
         request = parse_login(self.json_body(), self.hs.server_name)
         return await login(
             request,
@@ -34,6 +34,8 @@ class LoginHandler(BodyHandler):
             checker=self.hs.checker,
             server_name=self.hs.server_name,
             limits=self.hs.limits,
+            sessions=self.hs.sessions,
+            client_ip=self.client_ip,
         )
 
 

@@ -6,7 +6,8 @@ import logging
 
 import pytest
 
-from backends.redis import RedisBackend, parse_address
+from backends.redis import RedisBackend
+from backends.redis_connect import parse_address
 from homeserver.config import build_config
 from homeserver.errors import ConfigError
 from tests.backends.redis_servers import redis_overrides

@@ -2,41 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import urllib.error
-import urllib.request
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
 
 from tests.backends.redis_servers import free_port, wait_until
+from tests.servers import ROOT, call, login
 from tests.helpers import JWT_SECRET
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def call(port: int, path: str, body: Any = None, token: str | None = None) -> tuple[int, Any]:
-    """One request to a server process; (status, JSON body)."""
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}{path}",
-        data=None if body is None else json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {token}"} if token else {},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return exc.code, json.loads(exc.read())
-
-
-def login(port: int, user: str, password: str) -> tuple[int, Any]:
-    body = {"type": "m.login.password", "identifier": {"type": "m.id.user", "user": user}, "password": password}
-    return call(port, "/_matrix/client/v3/login", body)
-
 
 @pytest.fixture
 def env(store) -> dict[str, str]:

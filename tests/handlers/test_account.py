@@ -100,7 +100,9 @@ async def test_bad_token_in_query_is_unknown_token(fetch):
     assert_error(await fetch(f"{CAPS}?access_token=%FF%FE"), 401, "M_UNKNOWN_TOKEN")
 
 
-async def test_a_forged_valid_token_for_an_existing_user_is_accepted(fetch):
-    # Tokens are stateless: anything signed with the server's secret is a session.
+async def test_a_forged_valid_token_without_a_session_is_refused_as_a_soft_logout(fetch):
+    # Signed with the server's secret but never issued by a login: no session, so 401,
+    # with soft_logout true (a client logs in again on the same device).
     token = forge({"sub": "bob", "device_id": "X"})
-    assert assert_json(await fetch(WHOAMI, token=token)) == {"user_id": "@bob:localhost", "device_id": "X"}
+    body = assert_error(await fetch(WHOAMI, token=token), 401, "M_UNKNOWN_TOKEN")
+    assert body["soft_logout"] is True

@@ -78,6 +78,21 @@ async def test_head_with_a_token(fetch, login):
         same_headers(get, head)
 
 
+async def test_head_on_the_devices(fetch, login):
+    body = await login(device_id="PHONE")
+    for path in ("/_matrix/client/v3/devices", "/_matrix/client/v3/devices/PHONE", "/_matrix/client/v3/devices/NONE"):
+        get = await fetch(path, token=body["access_token"])
+        head = await fetch(path, "HEAD", token=body["access_token"])
+        assert (head.status, head.body) == (get.status, b""), head
+        assert head.headers["Content-Type"] == "application/json" and int(head.headers["Content-Length"]) > 0
+
+
+@pytest.mark.parametrize("path", ["/_matrix/client/v3/logout", "/_matrix/client/v3/delete_devices"])
+async def test_head_on_a_post_only_endpoint_is_405(fetch, path):
+    resp = await fetch(path, "HEAD")
+    assert resp.status == 405 and resp.body == b"", resp
+
+
 async def test_head_where_there_is_no_get_is_405(fetch):
     resp = await fetch("/post-only", "HEAD")
     assert resp.status == 405 and resp.body == b"", resp

@@ -1,0 +1,107 @@
+"""From directory entries to users: the name filter, attribute roles, the stored hash."""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from ldap3.utils.conv import escape_filter_chars
+
+from backends.base import StoreDataError, User
+from backends.ldap_settings import LdapSettings
+
+logger = logging.getLogger(__name__)
+
+# RFC 2307 / OpenLDAP form of a bcrypt hash; the login rules want its hex text.
+CRYPT_BCRYPT = re.compile(r"\{crypt\}(\$2[aby]\$.+)", re.IGNORECASE | re.DOTALL)
+
+
+@dataclass(frozen=True, slots=True)
+class LdapUser(User):
+    """A user found in the directory, remembering its entry's DN for bind mode."""
+
+    dn: str = ""
+
+
+def password_text(value: str) -> str:
+    """Turn a stored `{CRYPT}$2b$...` into the hex text of the hash; anything else as is."""
+    match = CRYPT_BCRYPT.fullmatch(value)
+    return match.group(1).encode("utf-8").hex() if match else value
+
+
+def first_text(attrs: dict[str, list[bytes]], names: list[str], dn: str) -> str | None:
+    """Return the first non-empty value of the first listed attribute that has one."""
+    for name in names:
+        for raw in attrs.get(name.lower(), []):
+            if name.lower() == "objectguid" and len(raw) == 16:
+                # Active Directory's objectGUID is 16 binary bytes in mixed-endian order.
+                return str(uuid.UUID(bytes_le=bytes(raw)))
+            try:
+                text = bytes(raw).decode("utf-8")
+            except UnicodeDecodeError:
+                logger.warning("LDAP entry %s: attribute %s holds a value that is not UTF-8 (ignored)", dn, name)
+                continue
+            if text.strip():
+                return text
+    return None
+
+
+def name_filter(settings: LdapSettings, name: str) -> str:
+    """The search filter for a typed name: every name attribute, escaped, ANDed with the operator's filter."""
+    escaped = escape_filter_chars(name)
+    matches = [f"({attr}={escaped})" for attr in settings.attributes["name"]]
+    match = matches[0] if len(matches) == 1 else f"(|{''.join(matches)})"
+    return f"(&{settings.filter}{match})" if settings.filter else match
+
+
+def entry_user(settings: LdapSettings, entry: dict[str, Any], requested: str, case_insensitive: bool) -> LdapUser | None:
+    """Build the User from an entry; None when no name value equals the requested one."""
+    dn = entry.get("dn", "")
+    attrs = {key.lower(): values for key, values in (entry.get("raw_attributes") or {}).items()}
+    roles = settings.attributes
+
+    names = []
+    for attr in roles["name"]:
+        for raw in attrs.get(attr.lower(), []):
+            try:
+                names.append(bytes(raw).decode("utf-8"))
+            except UnicodeDecodeError:
+                continue
+    # The directory's matching rules also ignore extra spaces and more; keep only
+    # an exact match, or a case-insensitive one when the caller asked for it.
+    name = next((n for n in names if n == requested), None)
+    if name is None and case_insensitive:
+        name = next((n for n in names if n.casefold() == requested.casefold()), None)
+    if name is None:
+        return None
+    # With several name attributes (log in by uid or mail), the stored name is the
+    # first listed one that has a value, so the user ID does not depend on which was typed.
+    primary = first_text(attrs, roles["name"][:1], dn)
+    if len(roles["name"]) > 1 and primary:
+        name = primary
+
+    ident = first_text(attrs, roles["ident"], dn)
+    if ident is None:
+        raise StoreDataError(f"LDAP entry {dn}: no value for ident ({', '.join(roles['ident'])})")
+    avatar = first_text(attrs, roles["avatar_url"], dn)
+    if avatar is not None:
+        avatar = avatar.strip().split(" ", 1)[0]  # labeledURI is "URI [label]"
+    password = None
+    if settings.mode == "hash":
+        for attr in roles["password"]:
+            values = attrs.get(attr.lower(), [])
+            if values:
+                # Not UTF-8 means not a hash we know; let the login rules report it.
+                password = password_text(bytes(values[0]).decode("utf-8", "replace"))
+                break
+    return LdapUser(
+        name=name,
+        ident=ident,
+        password=password,
+        display_name=first_text(attrs, roles["display_name"], dn),
+        avatar_url=avatar or None,
+        dn=dn,
+    )

@@ -1,0 +1,154 @@
+"""The LDAP backend's settings: the validated `[backend.ldap]` section, checked as a whole."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import stat
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any
+
+from ldap3.core.exceptions import LDAPInvalidFilterError
+from ldap3.operation.search import parse_filter
+
+from backends.base import ConfigError
+
+logger = logging.getLogger(__name__)
+
+ROLES = ("name", "display_name", "ident", "avatar_url", "password")
+DEFAULT_ATTRIBUTES: dict[str, list[str]] = {
+    "name": ["uid"],
+    "display_name": ["displayName", "cn"],
+    "ident": ["entryUUID"],
+    "avatar_url": ["labeledURI"],
+    "password": ["userPassword"],
+}
+ATTRIBUTE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]*|[0-9]+(\.[0-9]+)+")
+
+
+@dataclass(frozen=True)
+class LdapSettings:
+    """The validated `[backend.ldap]` section."""
+
+    uris: list[str]
+    base: str
+    filter: str
+    bind_dn: str
+    bind_password: str
+    mode: str
+    timeout: float
+    start_tls: bool
+    ca_file: str
+    tls_require_cert: bool
+    pool_size: int
+    attributes: dict[str, list[str]]
+
+
+def _attribute_list(role: str, value: Any) -> list[str]:
+    """Return an attribute mapping as a list of names; ConfigError for a bad name."""
+    names = [value] if isinstance(value, str) else list(value)
+    names = [n for n in names if n]
+    for name in names:
+        if not isinstance(name, str) or not ATTRIBUTE_NAME.fullmatch(name):
+            raise ConfigError(f"backend.ldap.attributes.{role}: {name!r} is not an attribute name")
+    return names
+
+
+def _check_uri(uri: str) -> str:
+    """Validate one LDAP URI and return it without the trailing '/' ldap3 rejects."""
+    parts = urllib.parse.urlsplit(uri.strip())
+    if parts.scheme.lower() not in ("ldap", "ldaps") or not parts.hostname:
+        raise ConfigError(f"backend.ldap.uri: {uri!r} must look like ldap://host[:port] or ldaps://host[:port]")
+    if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
+        raise ConfigError(f"backend.ldap.uri: {uri!r} must name only a scheme, a host and a port")
+    try:
+        parts.port
+    except ValueError:
+        raise ConfigError(f"backend.ldap.uri: {uri!r} has a bad port") from None
+    return f"{parts.scheme.lower()}://{parts.netloc}"
+
+
+def _check_filter(text: str) -> str:
+    """Parenthesise and syntax-check the operator's extra filter."""
+    text = text.strip()
+    if not text:
+        return ""
+    if not text.startswith("("):
+        text = f"({text})"
+    try:
+        parse_filter(text, None, auto_escape=False, auto_encode=False, validator=None, check_names=False)
+    except LDAPInvalidFilterError as exc:
+        raise ConfigError(f"backend.ldap.filter: {text!r} is not a valid LDAP filter ({exc})") from None
+    return text
+
+
+def _read_password_file(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise ConfigError(f"backend.ldap.bind_password_file: {path} cannot be read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"backend.ldap.bind_password_file: {path} is not UTF-8 text") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        logger.warning("backend.ldap.bind_password_file %s can be accessed by group or others; chmod 600 it", path)
+    # Only the line ending an editor adds is dropped: a password may end in spaces.
+    return text.removesuffix("\n").removesuffix("\r")
+
+
+def parse_settings(options: dict[str, Any], config_dir: str) -> LdapSettings:
+    """Check the section's combinations (the schema checked each key alone)."""
+    uri = options.get("uri", "ldap://localhost:389")
+    uris = [_check_uri(u) for u in ([uri] if isinstance(uri, str) else uri) if u.strip()]
+    if not uris:
+        raise ConfigError("backend.ldap.uri: must name at least one server")
+    base = options.get("base", "").strip()
+    if not base:
+        raise ConfigError("backend.ldap.base: must name the DN under which users are searched")
+
+    bind_dn = options.get("bind_dn", "")
+    password = options.get("bind_password", "")
+    password_file = options.get("bind_password_file", "")
+    if password and password_file:
+        raise ConfigError("backend.ldap: set bind_password or bind_password_file, not both")
+    if password_file:
+        if not os.path.isabs(password_file):
+            password_file = os.path.join(config_dir, password_file)
+        password = _read_password_file(password_file)
+    # A simple bind with a DN and no password is an "unauthenticated bind": many servers
+    # accept it as anonymous, which would hide a configuration mistake.
+    if bind_dn and not password:
+        raise ConfigError("backend.ldap.bind_dn: needs bind_password or bind_password_file")
+    if password and not bind_dn:
+        raise ConfigError("backend.ldap.bind_password: set bind_dn too")
+
+    given = options.get("attributes", {})
+    attributes = {role: _attribute_list(role, given.get(role, DEFAULT_ATTRIBUTES[role])) for role in ROLES}
+    mode = options.get("mode", "hash")
+    for role in ("name", "ident", "password") if mode == "hash" else ("name", "ident"):
+        if not attributes[role]:
+            raise ConfigError(f"backend.ldap.attributes.{role}: must name at least one attribute")
+
+    ca_file = options.get("ca_file", "")
+    if ca_file:
+        ca_file = ca_file if os.path.isabs(ca_file) else os.path.join(config_dir, ca_file)
+        if not os.path.isfile(ca_file):
+            raise ConfigError(f"backend.ldap.ca_file: {ca_file} not found")
+
+    return LdapSettings(
+        uris=uris,
+        base=base,
+        filter=_check_filter(options.get("filter", "")),
+        bind_dn=bind_dn,
+        bind_password=password,
+        mode=mode,
+        timeout=float(options.get("timeout", 5.0)),
+        start_tls=bool(options.get("start_tls", False)),
+        ca_file=ca_file,
+        tls_require_cert=bool(options.get("tls_require_cert", True)),
+        pool_size=int(options.get("pool_size", 4)),
+        attributes=attributes,
+    )

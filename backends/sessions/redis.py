@@ -1,0 +1,162 @@
+"""Redis session store: sessions shared by every server on one Redis (standalone, Sentinel, Cluster)."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Any
+
+from backends.base import ConfigError
+from backends.redis_connect import RedisConnection
+from backends.sessions.base import Device, Session, SessionStore
+from backends.sessions.redis_scripts import DEVICES, END, END_DEVICES, OPEN, RATE_LIMIT, RENAME, TOUCH
+
+logger = logging.getLogger(__name__)
+
+STORE = "session store"
+
+
+class RedisSessionStore(SessionStore):
+    """Sessions in Redis. Every key of one user carries one Cluster hash tag, so each
+    change is one Lua script, atomic, even on a Cluster:
+
+    - `<prefix>{<tag>}:s:<token digest>`: hash of one session (user, device_id, created_ts,
+      last_seen_ip, last_seen_ts, expires_ts, ended_ts); expires with the token;
+    - `<prefix>{<tag>}:d:<device id>`: set of the digests of the device's open sessions;
+    - `<prefix>{<tag>}:devices`: hash device id -> display name, of devices with open sessions;
+    - `<prefix>users`: set of users with sessions (for the sweep of removed users);
+    - `<prefix>rl:<bucket>`: one shared rate-limit bucket (GCRA, Redis `TIME`).
+
+    The tag is a digest of the user name, so no name can break out of it.
+    """
+
+    name = "redis"
+
+    def __init__(self, connection: RedisConnection, key_prefix: str, keep_ended: float) -> None:
+        self.connection = connection
+        self.prefix = key_prefix
+        self.keep_ended_ms = int(keep_ended * 1000)
+
+    @classmethod
+    def from_config(cls, options: dict[str, Any], *, config_dir: str) -> "RedisSessionStore":
+        if "{" in options["key_prefix"] or "}" in options["key_prefix"]:
+            raise ConfigError("sessions.redis.key_prefix: must not hold { or } (they would change the hash tags)")
+        connection = RedisConnection(options, section="sessions.redis", store=STORE)
+        return cls(connection, options["key_prefix"], options["keep_ended"])
+
+    # -- keys -----------------------------------------------------------------------
+
+    def base(self, user: str) -> str:
+        """The part every key of `user` starts with, hash tag included."""
+        tag = hashlib.sha256(user.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        return f"{self.prefix}{{{tag}}}:"
+
+    def session_key(self, user: str, token_hash: str) -> str:
+        return f"{self.base(user)}s:{token_hash}"
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.connection.start()
+
+    async def close(self) -> None:
+        await self.connection.close()
+
+    async def check_health(self) -> None:
+        with self.connection.errors():
+            await self.connection.connect().ping()
+
+    async def _script(self, script: str, keys: list[str], args: list[Any]) -> Any:
+        with self.connection.errors():
+            return await self.connection.connect().eval(script, len(keys), *keys, *args)
+
+    # -- sessions -------------------------------------------------------------------
+
+    async def open(self, session: Session, display_name: str | None) -> None:
+        base = self.base(session.user)
+        await self._script(
+            OPEN,
+            [f"{base}s:{session.token_hash}", f"{base}d:{session.device_id}", f"{base}devices"],
+            [
+                session.user, session.device_id, session.created_ts, session.last_seen_ip, session.last_seen_ts,
+                session.expires_ts or "", display_name or "", session.token_hash,
+            ],
+        )
+        with self.connection.errors():
+            await self.connection.connect().sadd(f"{self.prefix}users", session.user)
+
+    async def get(self, user: str, token_hash: str) -> Session | None:
+        fields = await self.connection.hgetall(self.session_key(user, token_hash))
+        if not fields:
+            return None  # never seen, or expired with its token
+        record = {k.decode(): v.decode("utf-8", "replace") for k, v in fields.items()}
+        if record.get("user") != user:
+            return None
+
+        def number(name: str) -> int | None:
+            value = record.get(name)
+            return int(value) if value else None
+
+        return Session(
+            token_hash=token_hash,
+            user=user,
+            device_id=record.get("device_id", ""),
+            created_ts=number("created_ts") or 0,
+            last_seen_ip=record.get("last_seen_ip", ""),
+            last_seen_ts=number("last_seen_ts") or 0,
+            expires_ts=number("expires_ts"),
+            ended_ts=number("ended_ts"),
+        )
+
+    async def touch(self, user: str, token_hash: str, ip: str, ts: int) -> None:
+        await self._script(TOUCH, [self.session_key(user, token_hash)], [ip, ts])
+
+    async def end(self, user: str, token_hash: str) -> bool:
+        ended = await self._script(END, [self.session_key(user, token_hash)], [user, self.keep_ended_ms, self.base(user)])
+        return bool(ended)
+
+    async def end_devices(self, user: str, device_ids: list[str] | None) -> int:
+        base = self.base(user)
+        args: list[Any] = [self.keep_ended_ms, base, "1" if device_ids is None else "0"]
+        return int(await self._script(END_DEVICES, [f"{base}devices"], args + list(dict.fromkeys(device_ids or []))))
+
+    # -- devices --------------------------------------------------------------------
+
+    async def _devices(self, user: str, device_id: str | None) -> list[Device]:
+        base = self.base(user)
+        flat = await self._script(DEVICES, [f"{base}devices"], [base, device_id or ""])
+        devices = []
+        for i in range(0, len(flat), 4):
+            device, name, ip, ts = (item.decode("utf-8", "replace") if isinstance(item, bytes) else item for item in flat[i:i + 4])
+            devices.append(Device(device, name, ip, int(ts)))
+        return sorted(devices, key=lambda d: d.device_id)
+
+    async def devices(self, user: str) -> list[Device]:
+        return await self._devices(user, None)
+
+    async def device(self, user: str, device_id: str) -> Device | None:
+        found = await self._devices(user, device_id)
+        return found[0] if found else None
+
+    async def rename_device(self, user: str, device_id: str, display_name: str) -> bool:
+        base = self.base(user)
+        return bool(await self._script(RENAME, [f"{base}devices"], [base, device_id, display_name]))
+
+    async def users(self) -> list[str]:
+        client = self.connection.connect()
+        with self.connection.errors():
+            names = [n.decode("utf-8", "replace") for n in await client.smembers(f"{self.prefix}users")]
+        found = []
+        for name in sorted(names):
+            if await self.devices(name):
+                found.append(name)
+            else:
+                with self.connection.errors():
+                    await client.srem(f"{self.prefix}users", name)
+        return found
+
+    # -- shared rate limits ---------------------------------------------------------
+
+    async def rate_limit(self, key: str, interval: float, capacity: float, *, take: bool = True) -> float:
+        wait = await self._script(RATE_LIMIT, [f"{self.prefix}rl:{key}"], [repr(interval), repr(capacity), int(take)])
+        return float(wait)

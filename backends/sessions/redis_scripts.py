@@ -1,0 +1,154 @@
+"""The Redis session store's Lua scripts: each change of a user's sessions is one atomic step.
+
+Every key a script touches carries the user's hash tag (declared ones in KEYS, the rest
+built from the `base` argument), so the scripts run on a Cluster too. Times come from
+Redis `TIME`, so servers whose clocks differ agree.
+"""
+
+# Shared helpers, prepended to the scripts that need them.
+_COMMON = """
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- Mark one session ended and keep it as a tombstone for keep_ms (never past its expiry).
+local function end_session(key, now, keep_ms)
+  if redis.call('EXISTS', key) == 0 or redis.call('HEXISTS', key, 'ended_ts') == 1 then return 0 end
+  redis.call('HSET', key, 'ended_ts', now)
+  local ttl = redis.call('PTTL', key)
+  if ttl < 0 or ttl > keep_ms then redis.call('PEXPIRE', key, math.max(keep_ms, 1)) end
+  return 1
+end
+-- The open sessions of a device, dropping digests whose session expired or ended.
+local function live(base, device)
+  local set = base .. 'd:' .. device
+  local out = {}
+  for _, digest in ipairs(redis.call('SMEMBERS', set)) do
+    local key = base .. 's:' .. digest
+    if redis.call('EXISTS', key) == 1 and redis.call('HEXISTS', key, 'ended_ts') == 0 then
+      table.insert(out, key)
+    else
+      redis.call('SREM', set, digest)
+    end
+  end
+  return out
+end
+"""
+
+# KEYS: session, device set, devices hash. ARGV: user, device, created, ip, seen, expires
+# ("" for none), display name, digest.
+OPEN = """
+local expires = ARGV[6]
+-- Before any write: -2 for a new key, -1 for one without expiry, else its expiry.
+local before = {redis.call('PEXPIRETIME', KEYS[2]), redis.call('PEXPIRETIME', KEYS[3])}
+redis.call('HSET', KEYS[1], 'user', ARGV[1], 'device_id', ARGV[2], 'created_ts', ARGV[3],
+           'last_seen_ip', ARGV[4], 'last_seen_ts', ARGV[5])
+redis.call('SADD', KEYS[2], ARGV[8])
+redis.call('HSETNX', KEYS[3], ARGV[2], ARGV[7])
+if expires ~= '' then
+  redis.call('HSET', KEYS[1], 'expires_ts', expires)
+  redis.call('PEXPIREAT', KEYS[1], expires)
+  -- The device's keys live as long as its longest-lived session.
+  for i = 2, 3 do
+    local at = before[i - 1]
+    if at ~= -1 and at < tonumber(expires) then redis.call('PEXPIREAT', KEYS[i], expires) end
+  end
+else
+  redis.call('PERSIST', KEYS[2])
+  redis.call('PERSIST', KEYS[3])
+end
+return 1
+"""
+
+# KEYS: session. ARGV: ip, ts.
+TOUCH = """
+if redis.call('EXISTS', KEYS[1]) == 1 and redis.call('HEXISTS', KEYS[1], 'ended_ts') == 0 then
+  redis.call('HSET', KEYS[1], 'last_seen_ip', ARGV[1], 'last_seen_ts', ARGV[2])
+end
+return 1
+"""
+
+# KEYS: session. ARGV: user, keep_ms, base.
+END = _COMMON + """
+if redis.call('HGET', KEYS[1], 'user') ~= ARGV[1] then return 0 end
+local device = redis.call('HGET', KEYS[1], 'device_id')
+if end_session(KEYS[1], now_ms(), tonumber(ARGV[2])) == 0 then return 0 end
+if #live(ARGV[3], device) == 0 then
+  redis.call('DEL', ARGV[3] .. 'd:' .. device)
+  redis.call('HDEL', ARGV[3] .. 'devices', device)
+end
+return 1
+"""
+
+# KEYS: devices hash. ARGV: keep_ms, base, "1" for every device, then device ids.
+END_DEVICES = _COMMON + """
+local keep, base, now = tonumber(ARGV[1]), ARGV[2], now_ms()
+local devices = {}
+if ARGV[3] == '1' then
+  devices = redis.call('HKEYS', KEYS[1])
+  -- Devices whose name was never stored still have sets: none here, HSETNX runs on open.
+else
+  for i = 4, #ARGV do table.insert(devices, ARGV[i]) end
+end
+local count = 0
+for _, device in ipairs(devices) do
+  for _, key in ipairs(live(base, device)) do
+    count = count + end_session(key, now, keep)
+  end
+  redis.call('DEL', base .. 'd:' .. device)
+  redis.call('HDEL', KEYS[1], device)
+end
+return count
+"""
+
+# KEYS: devices hash. ARGV: base, one device id or "" for all.
+# Returns device, name, last ip, last ts for each device with an open session.
+DEVICES = _COMMON + """
+local base = ARGV[1]
+local devices = {}
+if ARGV[2] ~= '' then devices = {ARGV[2]} else devices = redis.call('HKEYS', KEYS[1]) end
+local out = {}
+for _, device in ipairs(devices) do
+  local keys = live(base, device)
+  if #keys == 0 then
+    redis.call('HDEL', KEYS[1], device)
+  else
+    local best_ip, best_ts = '', -1
+    for _, key in ipairs(keys) do
+      local seen = redis.call('HMGET', key, 'last_seen_ip', 'last_seen_ts')
+      local ts = tonumber(seen[2]) or 0
+      if ts > best_ts then best_ip, best_ts = seen[1], ts end
+    end
+    local name = redis.call('HGET', KEYS[1], device) or ''
+    table.insert(out, device)
+    table.insert(out, name)
+    table.insert(out, best_ip)
+    table.insert(out, tostring(best_ts))
+  end
+end
+return out
+"""
+
+# KEYS: devices hash. ARGV: base, device, name. 1 if renamed, 0 if no such device.
+RENAME = _COMMON + """
+if #live(ARGV[1], ARGV[2]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+return 1
+"""
+
+# GCRA, as homeserver.ratelimit.TokenBuckets, on Redis' clock. KEYS: the bucket.
+# ARGV: interval, capacity, "1" to take. Returns the wait in seconds as text ("0": allowed).
+RATE_LIMIT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local interval, capacity = tonumber(ARGV[1]), tonumber(ARGV[2])
+local full_at = tonumber(redis.call('GET', KEYS[1]) or now)
+local new_full_at = math.max(full_at, now) + interval
+local excess = new_full_at - now - capacity
+if excess > 1e-9 then return tostring(excess) end
+if ARGV[3] == '1' then
+  -- The bucket is forgotten once it is full again.
+  redis.call('SET', KEYS[1], string.format('%.6f', new_full_at), 'PXAT', math.ceil(new_full_at * 1000))
+end
+return '0'
+"""

@@ -1,0 +1,307 @@
+"""SQLite session store (the default): one WAL file shared by every worker process on a host."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import sqlite3
+import threading
+import time
+from typing import Any, Callable, TypeVar
+
+from backends.base import ConfigError, StoreUnavailable
+from backends.sessions.base import Device, Session, SessionStore
+from backends.sessions.sqlite_schema import migrate
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+STORE = "session store"
+# Tombstones and expired sessions are purged at most this often (seconds), by the writer.
+PURGE_EVERY = 600.0
+_SESSION_COLUMNS = "token_hash, user, device_id, created_ts, last_seen_ip, last_seen_ts, expires_ts, ended_ts"
+
+
+def _connect(path: str, timeout: float) -> sqlite3.Connection:
+    # isolation_level=None: no implicit transactions; each write says BEGIN IMMEDIATE itself,
+    # so two processes never deadlock upgrading a read lock to a write lock.
+    conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    # In WAL mode NORMAL loses nothing when the process dies (kill -9): a commit is in the
+    # WAL file once it returns. Only an OS crash or power loss can drop the last commits.
+    conn.execute("PRAGMA synchronous=NORMAL")
+    return conn
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class SqliteSessionStore(SessionStore):
+    """Sessions in one SQLite file (WAL): safe for several processes on one host.
+
+    Writes run on one thread of their own, never on the event loop. The hot-path read
+    (`get`, one primary-key lookup, ~10 us) runs on the loop on a read connection of its
+    own: in WAL mode a reader never waits for a writer, and a hop to a thread would cost
+    more than the read (docs/performance.md).
+    """
+
+    name = "sqlite"
+
+    def __init__(self, path: str, *, timeout: float = 2.0, keep_ended: float = 30 * 86400) -> None:
+        self.path = path
+        self.timeout = timeout
+        self.keep_ended_ms = int(keep_ended * 1000)
+        self._writer: concurrent.futures.ThreadPoolExecutor | None = None
+        self._write_conn: sqlite3.Connection | None = None
+        self._read_conn: sqlite3.Connection | None = None
+        self._last_purge = 0.0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, options: dict[str, Any], *, config_dir: str) -> "SqliteSessionStore":
+        path = options["path"]
+        return cls(
+            path if os.path.isabs(path) else os.path.join(config_dir, path),
+            timeout=options["timeout"],
+            keep_ended=options["keep_ended"],
+        )
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sessions-sqlite")
+        try:
+            await self._write(self._open_writer)
+        except sqlite3.Error as exc:
+            raise ConfigError(f"sessions.sqlite.path: {self.path}: {exc}") from None
+        # The read connection is opened here, on the loop's thread, and used only there.
+        self._read_conn = _connect(self.path, 0.2)
+        self._read_conn.execute("PRAGMA query_only=1")
+
+    def _open_writer(self) -> None:
+        if not os.path.exists(self.path):
+            try:
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            except FileExistsError:
+                pass  # another worker made it first
+        self._write_conn = _connect(self.path, self.timeout)
+        migrate(self._write_conn)
+
+    async def close(self) -> None:
+        if self._read_conn is not None:
+            self._read_conn.close()
+            self._read_conn = None
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            if self._write_conn is not None:
+                conn, self._write_conn = self._write_conn, None
+                await asyncio.get_running_loop().run_in_executor(writer, conn.close)
+            writer.shutdown(wait=False)
+
+    async def check_health(self) -> None:
+        await self._write(lambda: self._conn().execute("SELECT 1").fetchone())
+
+    # -- plumbing -------------------------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._write_conn is None:
+            raise StoreUnavailable("not started", store=STORE)
+        return self._write_conn
+
+    async def _write(self, work: Callable[[], T]) -> T:
+        """Run `work` on the writer thread; StoreUnavailable when it fails or takes too long."""
+        if self._writer is None:
+            raise StoreUnavailable("not started", store=STORE)
+        future = asyncio.get_running_loop().run_in_executor(self._writer, work)
+        try:
+            return await asyncio.wait_for(future, self.timeout + 1.0)
+        except asyncio.TimeoutError:
+            raise StoreUnavailable(f"{self.path}: timed out", store=STORE) from None
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"{self.path}: {exc}", store=STORE) from None
+
+    def _transaction(self, work: Callable[[sqlite3.Connection], T]) -> Callable[[], T]:
+        def run() -> T:
+            conn = self._conn()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result
+
+        return run
+
+    # -- sessions -------------------------------------------------------------------
+
+    async def open(self, session: Session, display_name: str | None) -> None:
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL)",
+                (session.token_hash, session.user, session.device_id, session.created_ts,
+                 session.last_seen_ip, session.last_seen_ts, session.expires_ts),
+            )
+            conn.execute(
+                "INSERT OR IGNORE INTO devices (user, device_id, display_name) VALUES (?, ?, ?)",
+                (session.user, session.device_id, display_name or ""),
+            )
+            self._maybe_purge(conn)
+
+        await self._write(self._transaction(work))
+
+    async def get(self, user: str, token_hash: str) -> Session | None:
+        if self._read_conn is None:
+            raise StoreUnavailable("not started", store=STORE)
+        try:
+            row = self._read_conn.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE token_hash = ?", (token_hash,)
+            ).fetchone()
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"{self.path}: {exc}", store=STORE) from None
+        if row is None or row[1] != user:
+            return None
+        session = Session(*row)
+        if session.expires_ts is not None and session.expires_ts <= _now_ms():
+            return None
+        return session
+
+    async def touch(self, user: str, token_hash: str, ip: str, ts: int) -> None:
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "UPDATE sessions SET last_seen_ip = ?, last_seen_ts = ? "
+                "WHERE token_hash = ? AND user = ? AND ended_ts IS NULL",
+                (ip, ts, token_hash, user),
+            )
+
+        await self._write(self._transaction(work))
+
+    async def end(self, user: str, token_hash: str) -> bool:
+        def work(conn: sqlite3.Connection) -> bool:
+            row = conn.execute(
+                "UPDATE sessions SET ended_ts = ? WHERE token_hash = ? AND user = ? AND ended_ts IS NULL "
+                "RETURNING device_id",
+                (_now_ms(), token_hash, user),
+            ).fetchone()
+            if row is None:
+                return False
+            self._drop_unused_devices(conn, user, [row[0]])
+            return True
+
+        return await self._write(self._transaction(work))
+
+    async def end_devices(self, user: str, device_ids: list[str] | None) -> int:
+        def work(conn: sqlite3.Connection) -> int:
+            now = _now_ms()
+            if device_ids is None:
+                cursor = conn.execute(
+                    "UPDATE sessions SET ended_ts = ? WHERE user = ? AND ended_ts IS NULL", (now, user)
+                )
+                conn.execute("DELETE FROM devices WHERE user = ?", (user,))
+                return cursor.rowcount
+            count = 0
+            for device_id in dict.fromkeys(device_ids):
+                count += conn.execute(
+                    "UPDATE sessions SET ended_ts = ? WHERE user = ? AND device_id = ? AND ended_ts IS NULL",
+                    (now, user, device_id),
+                ).rowcount
+            self._drop_unused_devices(conn, user, device_ids)
+            return count
+
+        return await self._write(self._transaction(work))
+
+    @staticmethod
+    def _drop_unused_devices(conn: sqlite3.Connection, user: str, device_ids: list[str]) -> None:
+        """A device lives while a session of it is open: forget those with none left."""
+        for device_id in dict.fromkeys(device_ids):
+            conn.execute(
+                "DELETE FROM devices WHERE user = ? AND device_id = ? AND NOT EXISTS ("
+                "SELECT 1 FROM sessions WHERE user = ? AND device_id = ? AND ended_ts IS NULL)",
+                (user, device_id, user, device_id),
+            )
+
+    # -- devices --------------------------------------------------------------------
+
+    def _device_rows(self, conn: sqlite3.Connection, user: str, device_id: str | None) -> list[Device]:
+        # SQLite returns the bare columns of the row holding MAX(): the latest session's address.
+        where = "s.user = ? AND s.ended_ts IS NULL AND (s.expires_ts IS NULL OR s.expires_ts > ?)"
+        args: list[Any] = [user, _now_ms()]
+        if device_id is not None:
+            where += " AND s.device_id = ?"
+            args.append(device_id)
+        rows = conn.execute(
+            "SELECT s.device_id, COALESCE(d.display_name, ''), s.last_seen_ip, MAX(s.last_seen_ts) "
+            "FROM sessions s LEFT JOIN devices d ON d.user = s.user AND d.device_id = s.device_id "
+            f"WHERE {where} GROUP BY s.device_id ORDER BY s.device_id",
+            args,
+        ).fetchall()
+        return [Device(*row) for row in rows]
+
+    async def devices(self, user: str) -> list[Device]:
+        return await self._write(lambda: self._device_rows(self._conn(), user, None))
+
+    async def device(self, user: str, device_id: str) -> Device | None:
+        rows = await self._write(lambda: self._device_rows(self._conn(), user, device_id))
+        return rows[0] if rows else None
+
+    async def rename_device(self, user: str, device_id: str, display_name: str) -> bool:
+        def work(conn: sqlite3.Connection) -> bool:
+            if not self._device_rows(conn, user, device_id):
+                return False
+            conn.execute(
+                "INSERT INTO devices (user, device_id, display_name) VALUES (?, ?, ?) "
+                "ON CONFLICT (user, device_id) DO UPDATE SET display_name = excluded.display_name",
+                (user, device_id, display_name),
+            )
+            return True
+
+        return await self._write(self._transaction(work))
+
+    async def users(self) -> list[str]:
+        rows = await self._write(
+            lambda: self._conn().execute("SELECT DISTINCT user FROM sessions WHERE ended_ts IS NULL").fetchall()
+        )
+        return [row[0] for row in rows]
+
+    # -- shared rate limits ---------------------------------------------------------
+
+    async def rate_limit(self, key: str, interval: float, capacity: float, *, take: bool = True) -> float:
+        def work(conn: sqlite3.Connection) -> float:
+            # The host's clock: every process of one host shares it.
+            now = time.time()
+            row = conn.execute("SELECT full_at FROM rate_limits WHERE key = ?", (key,)).fetchone()
+            full_at = row[0] if row is not None else now
+            new_full_at = max(full_at, now) + interval
+            excess = new_full_at - now - capacity
+            if excess > 1e-9:
+                return excess
+            if not take:
+                return 0.0
+            conn.execute(
+                "INSERT INTO rate_limits (key, full_at) VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET full_at = excluded.full_at",
+                (key, new_full_at),
+            )
+            return 0.0
+
+        return await self._write(self._transaction(work))
+
+    # -- upkeep ---------------------------------------------------------------------
+
+    def _maybe_purge(self, conn: sqlite3.Connection) -> None:
+        """Forget old tombstones, expired sessions and full buckets, at most every PURGE_EVERY s."""
+        now = time.monotonic()
+        if now - self._last_purge < PURGE_EVERY:
+            return
+        self._last_purge = now
+        now_ms = _now_ms()
+        conn.execute(
+            "DELETE FROM sessions WHERE (ended_ts IS NOT NULL AND ended_ts < ?) "
+            "OR (expires_ts IS NOT NULL AND expires_ts < ?)",
+            (now_ms - self.keep_ended_ms, now_ms),
+        )
+        conn.execute("DELETE FROM rate_limits WHERE full_at < ?", (time.time(),))

@@ -1,0 +1,57 @@
+"""The SQLite session store's schema, created or migrated at start-up (PRAGMA user_version)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+# Each entry takes the schema from version i to i + 1; append, never edit a released one.
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE sessions (
+        token_hash   TEXT PRIMARY KEY,  -- SHA-256 of the token, hex, never the token itself
+        user         TEXT NOT NULL,
+        device_id    TEXT NOT NULL,
+        created_ts   INTEGER NOT NULL,  -- ms since the epoch
+        last_seen_ip TEXT NOT NULL,
+        last_seen_ts INTEGER NOT NULL,
+        expires_ts   INTEGER,           -- NULL: tokens without a lifetime
+        ended_ts     INTEGER            -- set by logout / device deletion: a tombstone
+    ) WITHOUT ROWID;
+    CREATE INDEX sessions_open_by_device ON sessions (user, device_id) WHERE ended_ts IS NULL;
+    CREATE INDEX sessions_ended ON sessions (ended_ts) WHERE ended_ts IS NOT NULL;
+    CREATE TABLE devices (
+        user         TEXT NOT NULL,
+        device_id    TEXT NOT NULL,
+        display_name TEXT NOT NULL DEFAULT '',
+        PRIMARY KEY (user, device_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE rate_limits (
+        key     TEXT PRIMARY KEY,
+        full_at REAL NOT NULL           -- when the bucket is full again (GCRA), Unix seconds
+    ) WITHOUT ROWID;
+    """,
+]
+VERSION = len(MIGRATIONS)
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Bring the schema to VERSION in one write transaction; the version it was at before.
+
+    Several workers may start at once: BEGIN IMMEDIATE makes one of them migrate while
+    the others wait, then find nothing left to do.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        before = conn.execute("PRAGMA user_version").fetchone()[0]
+        if before > VERSION:
+            raise sqlite3.DatabaseError(f"schema version {before} is newer than this server's {VERSION}")
+        for script in MIGRATIONS[before:]:
+            for statement in filter(str.strip, script.split(";")):
+                conn.execute(statement)
+        if before != VERSION:
+            conn.execute(f"PRAGMA user_version = {VERSION}")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return before

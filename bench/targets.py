@@ -1,0 +1,51 @@
+"""Targets: a measured figure against its limit, PASS or FAIL; the limits, written once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Every limit the bench checks, in one place: (what, limit, unit, higher is better).
+LIMITS: dict[str, tuple[str, float, str, bool]] = {
+    "versions": ("/versions / bare Tornado floor", 0.9, "x", True),
+    "profile": ("profile / bare Tornado floor", 0.8, "x", True),
+    "capabilities": ("capabilities (session check, SQLite) / floor", 0.7, "x", True),
+    "whoami": ("whoami (session check, SQLite) / floor", 0.7, "x", True),
+    "errors": ("non-2xx + socket errors (throughput runs)", 0, "count", False),
+    "login": ("login / bcrypt ceiling", 0.95, "x", True),
+    "login_errors": ("login errors", 0, "count", False),
+    "login_limits": ("login, shared rate limits on / bcrypt ceiling", 0.9, "x", True),
+    "flood_p99": ("/versions p99 during login flood", 20, "ms", False),
+    "memory": ("resident memory idle", 60, "MB", False),
+    "big_ready": ("big users file: ready after spawn", 2, "s", False),
+    "big_rss": ("big users file: resident memory", 150, "MB", False),
+    "synapse": ("/ Synapse reference", 3, "x", True),
+    "redis_profile": ("redis profile / bare Tornado floor", 0.6, "x", True),
+    "redis_capabilities": ("capabilities (session check, Redis) / floor", 0.5, "x", True),
+    "redis_whoami": ("whoami (session check, Redis) / floor", 0.5, "x", True),
+    "redis_errors": ("redis runs: errors", 0, "count", False),
+}
+
+
+@dataclass
+class Target:
+    name: str
+    measured: float
+    limit: float
+    unit: str
+    higher_is_better: bool = True
+    note: str = ""
+    passed: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.passed = self.measured >= self.limit if self.higher_is_better else self.measured <= self.limit
+
+    def line(self) -> str:
+        op = ">=" if self.higher_is_better else "<="
+        verdict = "PASS" if self.passed else "FAIL"
+        return f"  {verdict}  {self.name:<48} {self.measured:>9.3f} {self.unit:<6} (target {op} {self.limit:g}) {self.note}"
+
+
+def target(key: str, measured: float, note: str = "", name: str | None = None) -> Target:
+    """The target `key` of LIMITS for a measured figure."""
+    what, limit, unit, higher = LIMITS[key]
+    return Target(name or what, measured, limit, unit, higher, note)

@@ -1,0 +1,96 @@
+"""`run.py sessions list NAME` and `sessions revoke NAME --device ID | --all`, on a running server's store."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+from typing import Callable
+
+from homeserver.config import Config, load_config
+from homeserver.context import create_backend, create_session_store
+from homeserver.names import local_name, user_id
+from homeserver.sessions import REVOKED, Sessions
+from homeserver.users import Users
+
+
+class UnknownTarget(Exception):
+    """No such user (in the user store or the session store), or no such device of theirs."""
+
+
+def _when(ms: int) -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def _with_sessions(config: Config, name: str, work: Callable[[Sessions, str], "asyncio.Future[list[str]]"]) -> list[str]:
+    """Open the stores, check that the user is known to one of them, run `work`, close."""
+    backend = create_backend(config)
+    store = create_session_store(config)
+    await backend.start()
+    try:
+        await store.start()
+        sessions = Sessions(store)
+        try:
+            devices = await store.devices(name)
+            # A user removed from the user store can still have sessions to end.
+            if not devices and await Users(backend).get(name) is None:
+                raise UnknownTarget(f"unknown user {name!r}")
+            return await work(sessions, name)
+        finally:
+            await store.close()
+    finally:
+        await backend.close()
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    name = local_name(args.name, config.get("server", "server_name"))
+
+    async def work(sessions: Sessions, name: str) -> list[str]:
+        devices = sorted(await sessions.store.devices(name), key=lambda d: d.device_id)
+        return [
+            f"{d.device_id}\t{d.display_name or '-'}\t{d.last_seen_ip or '-'}\t{_when(d.last_seen_ts)}" for d in devices
+        ]
+
+    return _run(config, name, work)
+
+
+def cmd_revoke(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    name = local_name(args.name, config.get("server", "server_name"))
+    who = user_id(name, config.get("server", "server_name"))
+
+    async def work(sessions: Sessions, name: str) -> list[str]:
+        if args.all:
+            count = await sessions.end_devices(name, None, REVOKED)
+            return [f"revoked {count} sessions of {who}"]
+        if await sessions.store.device(name, args.device) is None:
+            raise UnknownTarget(f"{who} has no device {args.device!r}")
+        count = await sessions.end_devices(name, [args.device], REVOKED)
+        return [f"revoked {count} sessions of device {args.device} of {who}"]
+
+    return _run(config, name, work)
+
+
+def _run(config: Config, name: str, work: Callable[[Sessions, str], "asyncio.Future[list[str]]"]) -> int:
+    lines = asyncio.run(_with_sessions(config, name, work))
+    for line in lines:
+        print(line)
+    return 0
+
+
+def add_commands(command: Callable[[str, str], argparse.ArgumentParser]) -> None:
+    """Add `sessions list` and `sessions revoke` to the command line."""
+    parser = command("sessions", "list or end a user's sessions (works on a running server's store)")
+    sub = parser.add_subparsers(title="actions", metavar="{list,revoke}", required=True)
+    ls = sub.add_parser("list", help="one line per device: device id, display name, last address, last seen (UTC)")
+    ls.add_argument("name", help="account name or user ID")
+    ls.add_argument("--config", default=argparse.SUPPRESS, help="TOML config file")
+    ls.set_defaults(func=cmd_list)
+    rv = sub.add_parser("revoke", help="end the sessions of one device, or all of the user's")
+    rv.add_argument("name", help="account name or user ID")
+    rv.add_argument("--config", default=argparse.SUPPRESS, help="TOML config file")
+    which = rv.add_mutually_exclusive_group(required=True)
+    which.add_argument("--device", help="the device whose sessions end")
+    which.add_argument("--all", action="store_true", help="every session of the user")
+    rv.set_defaults(func=cmd_revoke)

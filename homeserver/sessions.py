@@ -1,0 +1,219 @@
+"""Sessions: one per login; a token is good only while its session is open."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import random
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from backends.base import StoreUnavailable
+from backends.sessions.base import Device, Session, SessionStore
+from homeserver.errors import MatrixError, unknown_token
+
+if TYPE_CHECKING:
+    from homeserver.metrics import Metrics
+    from homeserver.users import Users
+
+logger = logging.getLogger(__name__)
+
+# Why sessions end, as the metrics count them.
+LOGOUT, LOGOUT_ALL, DEVICE_DELETED, REVOKED, USER_REMOVED = (
+    "logout", "logout_all", "device_deleted", "revoked", "user_removed",
+)
+# Remembered digests of recently touched sessions, per process; past this the table is
+# cleared (at worst every session gets one early last-seen write).
+MAX_TOUCHED = 100_000
+# A device's display name, as Synapse bounds it.
+MAX_DISPLAY_NAME = 100
+
+
+def token_digest(token: str) -> str:
+    """The SHA-256 of a token, hex: all a store ever keeps of it."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def device_body(device: Device) -> dict[str, Any]:
+    """A device as v1.12 shows it: all four keys, never null (matrix-nio needs every one)."""
+    return {
+        "device_id": device.device_id,
+        "display_name": device.display_name,
+        "last_seen_ip": device.last_seen_ip,
+        "last_seen_ts": device.last_seen_ts,
+    }
+
+
+def no_device() -> MatrixError:
+    return MatrixError(404, "M_NOT_FOUND", "Device not found")
+
+
+class Sessions:
+    """Open, check, list and end sessions in the configured session store.
+
+    Last seen (address and time) is written at most once per `touch_interval` seconds per
+    session and process, in the background: the hot path does one store read, no write.
+    """
+
+    def __init__(
+        self,
+        store: SessionStore,
+        *,
+        lifetime: int = 0,
+        touch_interval: float = 60.0,
+        metrics: "Metrics | None" = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.lifetime = lifetime
+        self.touch_interval = touch_interval
+        self.metrics = metrics
+        self.clock = clock
+        self._touched: dict[str, float] = {}
+        self._missing: set[str] = set()  # users found missing by the last sweep
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- login and the auth step --------------------------------------------------
+
+    async def open(self, token: str, user: str, device_id: str, display_name: str | None, ip: str) -> None:
+        """Record the session of a login's token; durable before the login is answered."""
+        now = now_ms()
+        digest = token_digest(token)
+        session = Session(
+            token_hash=digest,
+            user=user,
+            device_id=device_id,
+            created_ts=now,
+            last_seen_ip=ip,
+            last_seen_ts=now,
+            expires_ts=now + self.lifetime * 1000 if self.lifetime else None,
+        )
+        await self.store.open(session, display_name)
+        self._touched[digest] = self.clock()
+        if self.metrics is not None:
+            self.metrics.observe_sessions_opened()
+
+    async def check(self, token: str, user: str, ip: str) -> Session:
+        """Return the open session of a verified token; 401 M_UNKNOWN_TOKEN when there is none.
+
+        A session that was ended (logout, device deleted, revoked) answers `soft_logout:
+        false`: the client must forget the device. A token the store never saw (issued
+        before sessions, or the store was wiped) answers `soft_logout: true`: log in again
+        on the same device.
+        """
+        session = await self.store.get(user, token_digest(token))
+        if session is None:
+            raise unknown_token(soft_logout=True)
+        if session.ended_ts is not None:
+            raise unknown_token()
+        self._maybe_touch(session, ip)
+        return session
+
+    def _maybe_touch(self, session: Session, ip: str) -> None:
+        now = self.clock()
+        last = self._touched.get(session.token_hash)
+        if last is not None and now - last < self.touch_interval:
+            return
+        if len(self._touched) >= MAX_TOUCHED:
+            self._touched.clear()
+        self._touched[session.token_hash] = now
+        task = asyncio.ensure_future(self._touch(session, ip))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _touch(self, session: Session, ip: str) -> None:
+        try:
+            await self.store.touch(session.user, session.token_hash, ip, now_ms())
+        except StoreUnavailable as exc:  # last seen is best effort; the next request retries
+            self._touched.pop(session.token_hash, None)
+            logger.debug("last-seen update skipped: %s", exc)
+        except Exception:
+            logger.exception("last-seen update failed")
+
+    # -- ending sessions ----------------------------------------------------------
+
+    def _ended(self, reason: str, count: int) -> None:
+        if self.metrics is not None and count:
+            self.metrics.observe_sessions_ended(reason, count)
+
+    async def logout(self, session: Session) -> None:
+        """End the session of the token used (other sessions of its device stay)."""
+        if await self.store.end(session.user, session.token_hash):
+            self._ended(LOGOUT, 1)
+        self._touched.pop(session.token_hash, None)
+
+    async def end_devices(self, user: str, device_ids: list[str] | None, reason: str) -> int:
+        """End every session of these devices (None: all the user's); the count ended."""
+        count = await self.store.end_devices(user, device_ids)
+        self._ended(reason, count)
+        return count
+
+    # -- devices ------------------------------------------------------------------
+
+    async def devices(self, user: str) -> dict[str, Any]:
+        devices = await self.store.devices(user)
+        return {"devices": [device_body(d) for d in sorted(devices, key=lambda d: d.device_id)]}
+
+    async def device(self, user: str, device_id: str) -> dict[str, Any]:
+        device = await self.store.device(user, device_id)
+        if device is None:
+            raise no_device()
+        return device_body(device)
+
+    async def rename_device(self, user: str, device_id: str, body: dict[str, Any]) -> None:
+        """PUT /devices/{id}: a new display name, or none given (nothing changes); 404 if unknown."""
+        name = body.get("display_name")
+        if name is not None and not isinstance(name, str):
+            raise MatrixError(400, "M_INVALID_PARAM", "Parameter display_name must be a string")
+        if name is not None and len(name) > MAX_DISPLAY_NAME:
+            raise MatrixError(
+                400, "M_INVALID_PARAM", f"Parameter display_name must be at most {MAX_DISPLAY_NAME} characters"
+            )
+        if name is None:
+            if await self.store.device(user, device_id) is None:
+                raise no_device()
+            return
+        if not await self.store.rename_device(user, device_id, name):
+            raise no_device()
+
+    # -- upkeep -------------------------------------------------------------------
+
+    async def sweep_removed_users(self, users: "Users") -> int:
+        """End the sessions of users gone from the user store in two sweeps running; the count ended.
+
+        Their tokens are refused at once anyway (the auth step looks the user up); waiting
+        for a second sweep only keeps a passing glitch of the store (a directory answering
+        "no such entry" for a minute) from ending everybody's sessions.
+        """
+        ended = 0
+        missing = set()
+        for name in await self.store.users():
+            if await users.get(name) is None:
+                missing.add(name)
+                if name in self._missing:
+                    ended += await self.end_devices(name, None, USER_REMOVED)
+        self._missing = missing
+        if ended:
+            logger.info("ended %d sessions of users removed from the user store", ended)
+        return ended
+
+    async def sweep_forever(self, users: "Users", interval: float) -> None:
+        """Sweep every `interval` seconds (jittered, so workers spread out) until cancelled."""
+        while True:
+            await asyncio.sleep(interval * random.uniform(0.9, 1.1))
+            try:
+                await self.sweep_removed_users(users)
+            except StoreUnavailable as exc:
+                logger.warning("session sweep skipped: %s", exc)
+            except Exception:
+                logger.exception("session sweep failed")
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await self.store.close()

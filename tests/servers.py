@@ -1,0 +1,84 @@
+"""`run.py` server processes for tests that need real processes, and plain HTTP calls to them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from typing import Any
+
+from tests.backends.redis_servers import free_port, wait_until
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LOGIN = "/_matrix/client/v3/login"
+WHOAMI = "/_matrix/client/v3/account/whoami"
+
+
+def call(port: int, path: str, body: Any = None, token: str | None = None, method: str | None = None) -> tuple[int, Any]:
+    """One request on a new connection to a server process; (status, JSON body)."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}",
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {token}"} if token else {},
+        method=method,
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, json.loads(exc.read())
+
+
+def login(port: int, user: str, password: str, **extra: Any) -> tuple[int, Any]:
+    body = {"type": "m.login.password", "identifier": {"type": "m.id.user", "user": user}, "password": password}
+    return call(port, LOGIN, {**body, **extra})
+
+
+def run_py(*args: str, env: dict[str, str] | None = None, stdin: str = "") -> subprocess.CompletedProcess:
+    """Run a `run.py` command to completion."""
+    return subprocess.run(
+        [sys.executable, "run.py", *args], cwd=ROOT, env=env, input=stdin, capture_output=True, text=True, timeout=60
+    )
+
+
+def write_config(folder: Any, extra: str = "") -> str:
+    """A config in `folder` on the file backend (the test users) and its default SQLite
+    session store, plus `extra` TOML; its path."""
+    from tests.helpers import DEFAULT_USERS, JWT_SECRET
+
+    (folder / "users.json").write_text(json.dumps({"users": DEFAULT_USERS}))
+    path = folder / "homeserver.toml"
+    path.write_text(
+        f'[auth]\njwt_secret = "{JWT_SECRET}"\n[backend.file]\npath = "users.json"\n'
+        f'[logging]\nlevel = "WARNING"\n{extra}'
+    )
+    return str(path)
+
+
+class Server:
+    """A `run.py` serving on a free port until `stop()` (or `kill()`)."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, "run.py", "--port", str(self.port), *args],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_until(lambda: call(self.port, "/_matrix/client/versions")[0] == 200, 20, f"server on {self.port}")
+        except BaseException:
+            self.kill()
+            raise
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(20)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
