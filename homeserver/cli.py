@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import getpass
 import re
 import sys
@@ -86,12 +87,10 @@ def cmd_add_user(args: argparse.Namespace) -> int:
     server_name = config.get("server", "server_name")
     if len(user_id(args.name, server_name).encode()) > MAX_USER_ID_BYTES:
         raise CommandError(f"the user ID would be longer than {MAX_USER_ID_BYTES} bytes")
-    # With --overwrite, what is not given stays as stored: these are the fields not given.
-    keep = [
-        field
-        for field, value in (("ident", args.ident), ("display_name", args.display_name), ("avatar_url", args.avatar_url))
-        if value is None
-    ]
+    given = {"ident": args.ident, "display_name": args.display_name, "avatar_url": args.avatar_url}
+    # With --overwrite, every field not given stays as stored, those of User this command
+    # has no option for included.
+    keep = [f.name for f in dataclasses.fields(User) if f.name not in ("name", "password") and given.get(f.name) is None]
     password = None
     if args.keep_password:
         keep.append("password")
@@ -101,8 +100,7 @@ def cmd_add_user(args: argparse.Namespace) -> int:
         name=args.name,
         password=password,
         ident=args.ident or "",
-        display_name=_given(args.display_name),
-        avatar_url=_given(args.avatar_url),
+        **{name: _given(value) for name, value in given.items() if name != "ident"},
     )
 
     async def add() -> bool:
