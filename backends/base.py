@@ -20,6 +20,16 @@ class User:
     password: str | None = None
     display_name: str | None = None
     avatar_url: str | None = None
+    email: str | None = None  # an address the user may log in with (m.id.thirdparty)
+
+
+def canonical_email(address: str) -> str | None:
+    """The form addresses are matched in, as Synapse's `canonicalise_email`: the domain
+    lower-cased, the local part case-folded; None for text that is no address."""
+    local, at, domain = address.strip().rpartition("@")
+    if not at or not local or not domain or "@" in local:
+        return None
+    return local.casefold() + "@" + domain.lower()
 
 
 class UserBackend(abc.ABC):
@@ -48,6 +58,14 @@ class UserBackend(abc.ABC):
         match (each backend documents how). Raise `StoreUnavailable` when the store
         cannot answer and `StoreDataError` for a malformed record.
         """
+
+    async def get_users_by_email(self, address: str) -> list[User]:
+        """Every user holding this e-mail address (canonical form, see `canonical_email`).
+
+        The caller logs in only when exactly one holds it. A backend without addresses
+        finds nobody.
+        """
+        return []
 
     async def verify_password(self, user: User, password: str) -> bool | None:
         """Check the password in the store itself; None leaves it to the stored hash."""

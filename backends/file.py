@@ -16,13 +16,13 @@ from typing import Any, Collection, Iterator
 
 from tornado.ioloop import PeriodicCallback
 
-from backends.base import ConfigError, User, UserBackend, UserExists, UserIncomplete
+from backends.base import ConfigError, User, UserBackend, UserExists, UserIncomplete, canonical_email
 from backends.hashes import stored_password_problem
 
 logger = logging.getLogger(__name__)
 
 REQUIRED = ("name", "password", "ident")
-OPTIONAL = ("display_name", "avatar_url")
+OPTIONAL = ("display_name", "avatar_url", "email")
 
 
 def parse_users(document: Any, source: str, *, check_passwords: bool = True) -> dict[str, User]:
@@ -59,8 +59,19 @@ def parse_users(document: Any, source: str, *, check_passwords: bool = True) -> 
             ident=record["ident"],
             display_name=record.get("display_name"),
             avatar_url=record.get("avatar_url"),
+            email=record.get("email"),
         )
     return users
+
+
+def email_index(users: dict[str, User]) -> dict[str, list[str]]:
+    """Map canonical e-mail addresses to the names holding them (more than one: ambiguous)."""
+    index: dict[str, list[str]] = {}
+    for user in users.values():
+        address = canonical_email(user.email) if user.email else None
+        if address is not None:
+            index.setdefault(address, []).append(user.name)
+    return index
 
 
 def fold_index(users: dict[str, User]) -> dict[str, str]:
@@ -220,6 +231,7 @@ class FileBackend(UserBackend):
         self.check_passwords = check_passwords
         self.users: dict[str, User] = {}
         self.folded: dict[str, str] = {}
+        self.emails: dict[str, list[str]] = {}
         self.signature: Signature | None = None
         # The signature of the last version that failed to load, so it is reported once.
         self._bad_signature: object = _UNSET
@@ -238,7 +250,7 @@ class FileBackend(UserBackend):
     def _install(self, signature: Signature | None, users: dict[str, User]) -> None:
         # Both assignments happen on the event loop with no await between them, so a
         # request sees the old or the new users, never a mix.
-        self.users, self.folded = users, fold_index(users)
+        self.users, self.folded, self.emails = users, fold_index(users), email_index(users)
         self.signature = signature
         self._bad_signature = _UNSET
 
@@ -296,6 +308,9 @@ class FileBackend(UserBackend):
             stored = self.folded.get(name.casefold())
             user = self.users.get(stored) if stored is not None else None
         return user
+
+    async def get_users_by_email(self, address: str) -> list[User]:
+        return [self.users[name] for name in self.emails.get(address, [])]
 
     async def add_user(self, user: User, *, overwrite: bool = False, keep: Collection[str] = ()) -> bool:
         # Write where a symlinked users file really lives, not over the link.

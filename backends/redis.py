@@ -9,7 +9,7 @@ from typing import Any, Collection
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from backends.base import StoreDataError, User, UserBackend, UserExists, UserIncomplete
+from backends.base import StoreDataError, User, UserBackend, UserExists, UserIncomplete, canonical_email
 from backends.redis_connect import RedisConnection
 
 logger = logging.getLogger(__name__)
@@ -36,13 +36,16 @@ class RedisBackend(UserBackend):
 
     name = "redis"
 
-    def __init__(self, connection: RedisConnection, key_prefix: str) -> None:
+    def __init__(self, connection: RedisConnection, key_prefix: str, email_key_prefix: str = "homeserver:email:") -> None:
         self.connection = connection
         self.key_prefix = key_prefix
+        # `<email_key_prefix><canonical address>`: a set of the names holding the address.
+        self.email_key_prefix = email_key_prefix
 
     @classmethod
     def from_config(cls, options: dict[str, Any], *, config_dir: str) -> "RedisBackend":
-        return cls(RedisConnection(options, section="backend.redis", store="user store"), options["key_prefix"])
+        connection = RedisConnection(options, section="backend.redis", store="user store")
+        return cls(connection, options["key_prefix"], options["email_key_prefix"])
 
     @property
     def client(self) -> Redis | RedisCluster | None:
@@ -96,7 +99,23 @@ class RedisBackend(UserBackend):
             ident=record["ident"],
             display_name=record.get("display_name"),
             avatar_url=record.get("avatar_url"),
+            email=record.get("email"),
         )
+
+    async def get_users_by_email(self, address: str) -> list[User]:
+        """The names in the address's index set whose hash still holds that address.
+
+        The index is only a pointer: a stale entry (the hash changed by hand) is skipped.
+        """
+        index = self.email_key_prefix + address
+        with self.connection.errors(index):
+            names = await self._redis().smembers(index)
+        found = []
+        for raw in sorted(names):
+            user = await self._lookup(raw.decode("utf-8", "replace"))
+            if user is not None and user.email is not None and canonical_email(user.email) == address:
+                found.append(user)
+        return found
 
     async def add_user(self, user: User, *, overwrite: bool = False, keep: Collection[str] = ()) -> bool:
         key = self.key(user.name)
@@ -109,11 +128,23 @@ class RedisBackend(UserBackend):
         pairs = [part for name, value in fields.items() if value is not None for part in (name, value)]
         must_exist = "1" if {"password", "ident"} & set(keep) else "0"
         args = ["1" if overwrite else "0", must_exist, str(len(removed)), *removed, *pairs]
+        client = self._redis()
         with self.connection.errors(key):
-            outcome = await self._redis().eval(ADD_USER_SCRIPT, 1, key, *args)
+            old_email = await client.hget(key, "email")
+            outcome = await client.eval(ADD_USER_SCRIPT, 1, key, *args)
         if outcome == 0:
             raise UserExists(user.name)
         if outcome == -1:
             raise UserIncomplete(user.name, [k for k in ("password", "ident") if k in keep])
+        if "email" not in keep:
+            # The address index lives in other keys (other Cluster slots): kept in separate
+            # steps, which is safe because a lookup checks the hash itself.
+            old = canonical_email(old_email.decode("utf-8", "replace")) if old_email else None
+            new = canonical_email(user.email) if user.email else None
+            with self.connection.errors():
+                if old and old != new:
+                    await client.srem(self.email_key_prefix + old, user.name)
+                if new:
+                    await client.sadd(self.email_key_prefix + new, user.name)
         logger.info("stored user %r at Redis key %r", user.name, key)
         return outcome == 2

@@ -10,7 +10,7 @@ import re
 import sys
 from typing import Sequence
 
-from backends.base import User, UserExists, UserIncomplete
+from backends.base import User, UserExists, UserIncomplete, canonical_email
 from homeserver.cli_sessions import UnknownTarget
 from homeserver.cli_sessions import add_commands as add_session_commands
 from homeserver.config import Config, load_config
@@ -83,11 +83,13 @@ def cmd_add_user(args: argparse.Namespace) -> int:
             raise CommandError("--ident is needed for a new user")
         if args.keep_password:
             raise CommandError("--keep-password only goes with --overwrite")
+    if args.email and canonical_email(args.email) is None:
+        raise CommandError(f"--email {args.email!r} is not an e-mail address")
     config = load_config(args.config)
     server_name = config.get("server", "server_name")
     if len(user_id(args.name, server_name).encode()) > MAX_USER_ID_BYTES:
         raise CommandError(f"the user ID would be longer than {MAX_USER_ID_BYTES} bytes")
-    given = {"ident": args.ident, "display_name": args.display_name, "avatar_url": args.avatar_url}
+    given = {"ident": args.ident, "display_name": args.display_name, "avatar_url": args.avatar_url, "email": args.email}
     # With --overwrite, every field not given stays as stored, those of User this command
     # has no option for included.
     keep = [f.name for f in dataclasses.fields(User) if f.name not in ("name", "password") and given.get(f.name) is None]
@@ -152,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--ident", help="identifier text appended to the display name (needed for a new user)")
     au.add_argument("--display-name", help='display name ("" removes it)')
     au.add_argument("--avatar-url", help='avatar URL, mxc://... ("" removes it)')
+    au.add_argument("--email", help='an e-mail address the user may also log in with ("" removes it)')
     au.add_argument(
         "--overwrite",
         action="store_true",

@@ -148,7 +148,11 @@ SCHEMA: dict[str, dict[str, Field]] = {
         # record); false loads it, and its logins answer 500 as with Redis and LDAP.
         "check_passwords": Field("bool", True),
     },
-    "backend.redis": _redis_fields("homeserver:user:"),
+    "backend.redis": {
+        **_redis_fields("homeserver:user:"),
+        # Login by e-mail: `<email_key_prefix><address>` is the set of names holding it.
+        "email_key_prefix": Field("str", "homeserver:email:"),
+    },
     "backend.ldap": {
         # One URI or a list tried in order: ldap://host[:port] or ldaps://host[:port].
         "uri": Field("str_or_list", "ldap://localhost:389", _non_empty),

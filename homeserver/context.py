@@ -110,7 +110,9 @@ def build_homeserver(
             previous=config.get("auth", "previous_jwt_secrets"),
         ),
         checker=PasswordChecker(
-            config.get("auth", "bcrypt_workers"), config.get("auth", "max_pending_logins")
+            config.get("auth", "bcrypt_workers"),
+            config.get("auth", "max_pending_logins"),
+            config.get("auth", "bcrypt_rounds"),
         ),
         documents=Documents.from_config(config),
         limits=limits,

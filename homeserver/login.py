@@ -3,24 +3,21 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import Any
-
 from backends.base import User
 from backends.hashes import stored_password_problem
-from homeserver.errors import MatrixError, invalid_param, missing_param
-from homeserver.names import local_name, user_id
+from homeserver.errors import MatrixError
+from homeserver.login_request import LoginRequest, parse_login
+from homeserver.names import user_id
 from homeserver.passwords import HashDecodeError, Overloaded, PasswordChecker
 from homeserver.ratelimit import LoginLimits
-from homeserver.sessions import MAX_DISPLAY_NAME, Sessions
+from homeserver.sessions import Sessions
 from homeserver.tokens import TokenIssuer
 from homeserver.users import Users
 
 logger = logging.getLogger(__name__)
 
-LOGIN_TYPE = "m.login.password"
-DEFAULT_DEVICE_ID = "DUMMY"
-MAX_DEVICE_ID = 512
+__all__ = ["LoginRefused", "LoginRequest", "check_password", "login", "login_outcome", "parse_login"]
+
 UNKNOWN_USER = "Invalid username"
 BAD_PASSWORD = "Invalid username or password"
 
@@ -31,65 +28,6 @@ class LoginRefused(MatrixError):
     def __init__(self, message: str, outcome: str) -> None:
         super().__init__(403, "M_FORBIDDEN", message)
         self.outcome = outcome
-
-
-@dataclass(frozen=True, slots=True)
-class LoginRequest:
-    user: str
-    password: str
-    device_id: str
-    display_name: str | None = None  # initial_device_display_name
-
-
-def _string(body: dict[str, Any], key: str, where: str | None = None) -> str | None:
-    value = body.get(key)
-    if value is not None and not isinstance(value, str):
-        raise invalid_param(where or key, "a string")
-    return value
-
-
-def parse_login(body: dict[str, Any], server_name: str) -> LoginRequest:
-    """Check the login body's shape; a 400 Matrix error for anything malformed."""
-    login_type = _string(body, "type")
-    if login_type is not None and login_type != LOGIN_TYPE:
-        raise MatrixError(400, "M_UNKNOWN", "Bad login type.")
-
-    identifier = body.get("identifier")
-    if identifier is not None:
-        if not isinstance(identifier, dict):
-            raise invalid_param("identifier", "an object")
-        id_type = _string(identifier, "type", "identifier.type")
-        if id_type is not None and id_type != "m.id.user":
-            raise MatrixError(400, "M_UNKNOWN", f"Unknown identifier type {id_type!r}; only m.id.user is supported.")
-        user = _string(identifier, "user", "identifier.user")
-        if user is None:
-            raise missing_param("identifier.user")
-    else:
-        # Deprecated top-level form, still part of v1.12.
-        user = _string(body, "user")
-        if user is None:
-            if "medium" in body or "address" in body:
-                raise MatrixError(400, "M_UNKNOWN", "Login with third-party identifiers is not supported.")
-            raise missing_param("identifier")
-
-    password = _string(body, "password")
-    if password is None:
-        raise missing_param("password")
-
-    device_id = _string(body, "device_id")
-    if device_id is not None and not 0 < len(device_id) <= MAX_DEVICE_ID:
-        raise invalid_param("device_id", f"a string of 1 to {MAX_DEVICE_ID} characters")
-    display_name = _string(body, "initial_device_display_name")
-    if display_name is not None and len(display_name) > MAX_DISPLAY_NAME:
-        raise invalid_param("initial_device_display_name", f"at most {MAX_DISPLAY_NAME} characters")
-
-    # A full user ID of this server is reduced to its name; any other text is a name.
-    return LoginRequest(
-        user=local_name(user, server_name),
-        password=password,
-        device_id=device_id or DEFAULT_DEVICE_ID,
-        display_name=display_name,
-    )
 
 
 def _make_token(tokens: TokenIssuer, name: str, device_id: str) -> str:
@@ -143,26 +81,20 @@ async def login(
     sessions: Sessions | None = None,
     client_ip: str = "",
 ) -> dict[str, str]:
-    """Apply rules 1-6; return the login response or raise the rule's MatrixError."""
-    # Rate limits come before the rules: an account under attack costs no lookup or bcrypt.
-    if limits is not None:
-        await limits.check_account(request.user)
+    """Apply rules 1-6; return the login response or raise the rule's MatrixError.
 
-    # Rules 1-2: the token is built first, from the name as given.
-    token = _make_token(tokens, request.user, request.device_id)
-
-    # Rule 3: exact name first, then a case-insensitive match (Complement logs in upper case).
-    user = await users.get(request.user, case_insensitive=True)
-    if user is None:
-        if limits is not None:
-            await limits.record_failure(request.user)
-        raise LoginRefused(UNKNOWN_USER, "unknown_user")
-    if user.name != request.user:
-        token = _make_token(tokens, user.name, request.device_id)
+    A login by e-mail address first finds the one user holding it; then rules 1-2 (the
+    token, naming that user) and 4-6 apply unchanged.
+    """
+    limits = limits if limits is not None else LoginLimits()
+    if request.email is not None:
+        user, token, counted = await _by_email(request, users, tokens, checker, limits)
+    else:
+        user, token, counted = await _by_name(request, users, tokens, limits)
 
     if not await check_password(users, checker, user, request.password):  # rules 4-5
-        if limits is not None:
-            await limits.record_failure(request.user)
+        for key in counted:
+            await limits.record_failure(key)
         raise LoginRefused(BAD_PASSWORD, "bad_password")
 
     # Rule 6, once the session of the token is recorded (a 200 is never lost).
@@ -174,6 +106,49 @@ async def login(
         "home_server": server_name,
         "device_id": request.device_id,
     }
+
+
+async def _by_name(
+    request: LoginRequest, users: Users, tokens: TokenIssuer, limits: LoginLimits
+) -> tuple[User, str, list[str]]:
+    """Rules 1-3 for a name: the user, the token, and the limit keys a failure counts on."""
+    # Rate limits come before the rules: an account under attack costs no lookup or bcrypt.
+    await limits.check_account(request.user)
+
+    # Rules 1-2: the token is built first, from the name as given.
+    token = _make_token(tokens, request.user, request.device_id)
+
+    # Rule 3: exact name first, then a case-insensitive match (Complement logs in upper case).
+    user = await users.get(request.user, case_insensitive=True)
+    if user is None:
+        await limits.record_failure(request.user)
+        raise LoginRefused(UNKNOWN_USER, "unknown_user")
+    if user.name != request.user:
+        token = _make_token(tokens, user.name, request.device_id)
+    return user, token, [request.user]
+
+
+async def _by_email(
+    request: LoginRequest, users: Users, tokens: TokenIssuer, checker: PasswordChecker, limits: LoginLimits
+) -> tuple[User, str, list[str]]:
+    """The one user holding the address, then rules 1-2 for that user.
+
+    An address held by nobody, or by several users, is refused as a wrong password is,
+    and only after the same bcrypt work, so neither the answer nor its timing tells
+    which addresses exist.
+    """
+    address_key = "email:" + request.email.strip().casefold()
+    await limits.check_account(address_key)
+    found = await users.by_email(request.email)
+    if len(found) != 1:
+        if len(found) > 1:
+            logger.warning("login by e-mail: an address is held by %d users; refusing it", len(found))
+        await checker.waste(request.password)
+        await limits.record_failure(address_key)
+        raise LoginRefused(BAD_PASSWORD, "unknown_user")
+    user = found[0]
+    await limits.check_account(user.name)
+    return user, _make_token(tokens, user.name, request.device_id), [address_key, user.name]
 
 
 def login_outcome(error: BaseException | None) -> str:

@@ -75,10 +75,13 @@ class PasswordChecker:
     instead of queueing, so a login flood cannot grow memory or latency without bound.
     """
 
-    def __init__(self, workers: int = 0, max_pending: int = 64) -> None:
+    def __init__(self, workers: int = 0, max_pending: int = 64, rounds: int = 12) -> None:
         self.workers = workers or os.cpu_count() or 1
         self.max_pending = max_pending
         self.pending = 0
+        self.rounds = rounds  # the cost of the stand-in hash `waste` checks against
+        self._stand_in: bytes | None = None
+        self.wasted = 0  # checks made against the stand-in (tests count them)
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.workers, thread_name_prefix="bcrypt", initializer=_lower_priority
         )
@@ -91,6 +94,17 @@ class PasswordChecker:
             return await asyncio.get_running_loop().run_in_executor(self._pool, check, password, hashed)
         finally:
             self.pending -= 1
+
+    async def waste(self, password: str) -> None:
+        """Check `password` against a stand-in hash at the configured cost: the work a wrong
+        password costs, for a login that has no user to check against (an unknown address)."""
+        if self._stand_in is None:
+            salt = bcrypt.gensalt(self.rounds)
+            self._stand_in = await asyncio.get_running_loop().run_in_executor(
+                self._pool, bcrypt.hashpw, os.urandom(16), salt
+            )
+        self.wasted += 1
+        await self.check(password, self._stand_in)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from backends.base import StoreUnavailable
 from backends.sessions.base import Device, Session, SessionStore
 from homeserver.errors import MatrixError, unknown_token
+from homeserver.login_request import MAX_DISPLAY_NAME
 
 if TYPE_CHECKING:
     from homeserver.metrics import Metrics
@@ -26,8 +27,6 @@ LOGOUT, LOGOUT_ALL, DEVICE_DELETED, REVOKED, USER_REMOVED = (
 # Remembered digests of recently touched sessions, per process; past this the table is
 # cleared (at worst every session gets one early last-seen write).
 MAX_TOUCHED = 100_000
-# A device's display name, as Synapse bounds it.
-MAX_DISPLAY_NAME = 100
 
 
 def token_digest(token: str) -> str:

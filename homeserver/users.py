@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from backends.base import User, UserBackend
+from backends.base import User, UserBackend, canonical_email
 from homeserver.names import possible_name
 
 logger = logging.getLogger(__name__)
@@ -25,6 +25,14 @@ class Users:
         if not possible_name(name):
             return None
         return await self.backend.get_user(name, case_insensitive=case_insensitive)
+
+    async def by_email(self, address: str) -> list[User]:
+        """Every user holding the address (matched without regard to case); [] for text no
+        address can be, without asking the store."""
+        canonical = canonical_email(address) if possible_name(address) else None
+        if canonical is None:
+            return []
+        return await self.backend.get_users_by_email(canonical)
 
     async def verify_password(self, user: User, password: str) -> bool | None:
         """Let a backend that checks passwords itself (LDAP bind) answer; None otherwise."""

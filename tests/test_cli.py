@@ -140,3 +140,13 @@ def test_serve_on_the_shipped_example_with_port_override(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0
+
+
+def test_add_user_with_an_email_address_and_logging_in_with_it(conf, tmp_path):
+    result = run("add-user", "eve", "--ident", "e", "--email", "Eve@Example.org", "--rounds", "4",
+                 "--config", str(conf), stdin="pw-eve\n")
+    assert result.returncode == 0, result.stderr
+    (record,) = json.loads((tmp_path / "users.json").read_text())["users"]
+    assert record["email"] == "Eve@Example.org"
+    bad = run("add-user", "zed", "--ident", "z", "--email", "zed", "--config", str(conf), stdin="pw\n")
+    assert bad.returncode == 1 and bad.stderr == "homeserver: error: --email 'zed' is not an e-mail address\n"

@@ -31,6 +31,14 @@ def test_overwrite_changes_what_is_given_and_keeps_the_rest(conf, tmp_path):  # 
     assert bcrypt.checkpw(b"new", bytes.fromhex(ann["password"]))
 
 
+def test_overwrite_keeps_the_email_unless_told(conf, tmp_path):  # noqa: F811
+    add(conf, "ann", "--ident", " (a)", "--email", "ann@example.org")
+    add(conf, "ann", "--overwrite", "--display-name", "Ann")
+    assert users(tmp_path)["ann"]["email"] == "ann@example.org"
+    assert add(conf, "ann", "--overwrite", "--keep-password", "--email", "").returncode == 0
+    assert "email" not in users(tmp_path)["ann"]
+
+
 def test_an_empty_value_removes_the_field_and_keep_password_reads_none(conf, tmp_path):  # noqa: F811
     add(conf, "ann", "--ident", " (a)", "--display-name", "Ann", "--avatar-url", "mxc://x/a")
     before = users(tmp_path)["ann"]["password"]

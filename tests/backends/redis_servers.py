@@ -16,6 +16,7 @@ from typing import Any, Iterator
 import pytest
 import redis
 
+from backends.base import canonical_email
 from tests.helpers import ci
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
@@ -157,15 +158,23 @@ class Store:
     def put(self, name: str, **fields: str) -> None:
         self.client.hset(self.prefix + name, mapping=fields)
 
+    @property
+    def email_prefix(self) -> str:
+        return self.prefix[:-1] + "-email:"
+
     def put_record(self, record: dict[str, Any]) -> None:
+        """The user's hash, and its address in the e-mail index as add-user keeps it."""
         self.put(record["name"], **{k: v for k, v in record.items() if k != "name" and v is not None})
+        if record.get("email"):
+            self.client.sadd(self.email_prefix + canonical_email(record["email"]), record["name"])
 
     def get(self, name: str) -> dict[str, str]:
         return {k.decode(): v.decode() for k, v in self.client.hgetall(self.prefix + name).items()}
 
     def clear(self) -> None:
-        for key in self.client.scan_iter(match=self.prefix + "*"):
-            self.client.delete(key)
+        for pattern in (self.prefix + "*", self.email_prefix + "*"):
+            for key in self.client.scan_iter(match=pattern):
+                self.client.delete(key)
 
 
 def make_store(url: str) -> Store:
@@ -185,7 +194,8 @@ def store(redis_url, user_records) -> Iterator[Store]:
 
 def redis_overrides(store: Store, **options: Any) -> dict[str, dict[str, Any]]:
     """config_overrides selecting the Redis backend on `store`."""
-    return {"backend": {"type": "redis"}, "backend.redis": {"url": store.url, "key_prefix": store.prefix, **options}}
+    section = {"url": store.url, "key_prefix": store.prefix, "email_key_prefix": store.email_prefix, **options}
+    return {"backend": {"type": "redis"}, "backend.redis": section}
 
 
 @dataclass

@@ -22,6 +22,7 @@ def config_file(tmp_path, store):
     path = tmp_path / "homeserver.toml"
     path.write_text(
         f'[backend]\ntype = "redis"\n\n[backend.redis]\nurl = "{store.url}"\nkey_prefix = "{store.prefix}"\n'
+        f'email_key_prefix = "{store.email_prefix}"\n'
     )
     return str(path)
 
@@ -66,11 +67,11 @@ def test_add_user_refuses_a_duplicate_unless_overwrite(store, add_user, capsys):
 
 def test_overwrite_removes_an_empty_value_and_can_keep_the_password(store, add_user, capsys):
     assert add_user("carol", "one", "--ident", "a", "--display-name", "Carol", "--avatar-url", "mxc://x/c") == 0
-    store.client.hset(store.prefix + "carol", "email", "carol@example.org")  # a field add-user leaves alone
+    store.client.hset(store.prefix + "carol", "some_later_field", "x")  # a field add-user knows nothing of
     before = store.get("carol")["password"]
     assert add_user("carol", "", "--overwrite", "--keep-password", "--display-name", "", "--avatar-url", "mxc://x/d") == 0
     assert store.get("carol") == {
-        "password": before, "ident": "a", "avatar_url": "mxc://x/d", "email": "carol@example.org"
+        "password": before, "ident": "a", "avatar_url": "mxc://x/d", "some_later_field": "x"
     }
 
 
@@ -110,3 +111,25 @@ def test_run_py_add_user_with_env_overrides(store):
     )
     assert result.returncode == 0, result.stderr
     assert store.get("dora")["ident"] == "dora-id"
+
+
+def test_add_user_keeps_the_email_index(store, add_user, capsys):
+    assert add_user("carol", "pw", "--ident", "c", "--email", "Carol@Example.ORG") == 0
+    assert store.get("carol")["email"] == "Carol@Example.ORG"
+    assert store.client.smembers(store.email_prefix + "carol@example.org") == {b"carol"}
+    # A new address moves the name from the old set to the new one.
+    assert add_user("carol", "pw", "--ident", "c", "--email", "c2@example.org", "--overwrite") == 0
+    assert store.client.smembers(store.email_prefix + "carol@example.org") == set()
+    assert store.client.smembers(store.email_prefix + "c2@example.org") == {b"carol"}
+    assert add_user("dan", "pw", "--ident", "d", "--email", "not-an-address") == 1
+    assert "is not an e-mail address" in capsys.readouterr().err
+
+
+def test_overwrite_keeps_the_email_and_its_index_unless_told(store, add_user, capsys):
+    assert add_user("carol", "pw", "--ident", "c", "--email", "carol@example.org") == 0
+    index = store.email_prefix + "carol@example.org"
+    assert add_user("carol", "pw2", "--overwrite", "--display-name", "Carol") == 0
+    assert store.get("carol")["email"] == "carol@example.org"
+    assert store.client.smembers(index) == {b"carol"}
+    assert add_user("carol", "", "--overwrite", "--keep-password", "--email", "") == 0
+    assert "email" not in store.get("carol") and store.client.smembers(index) == set()

@@ -243,9 +243,9 @@ async def test_bodies_that_are_not_a_json_object(fetch, raw, errcode):
         ({"identifier": {"user": "alice"}, "password": "x", "device_id": "d" * 513}, "M_INVALID_PARAM", None),
         ({"identifier": {"user": "alice"}, "password": "x", "type": "m.login.token"}, "M_UNKNOWN", "Bad login type."),
         ({"identifier": {"user": "alice"}, "password": "x", "type": ""}, "M_UNKNOWN", "Bad login type."),
-        ({"identifier": {"type": "m.id.thirdparty", "medium": "email", "address": "a@b"}, "password": "x"}, "M_UNKNOWN", None),
+        ({"identifier": {"type": "m.id.thirdparty", "medium": "msisdn", "address": "441234"}, "password": "x"}, "M_UNKNOWN", None),
         ({"identifier": {"type": "m.id.phone", "country": "GB", "phone": "1"}, "password": "x"}, "M_UNKNOWN", None),
-        ({"medium": "email", "address": "a@b.c", "password": "x"}, "M_UNKNOWN", None),
+        ({"medium": "msisdn", "address": "441234", "password": "x"}, "M_UNKNOWN", None),
     ],
 )
 async def test_malformed_login_requests(fetch, body, errcode, message):

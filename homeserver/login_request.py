@@ -1,0 +1,98 @@
+"""The login request: its shape checked, reduced to what the rules need (a name or an address)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from homeserver.errors import MatrixError, invalid_param, missing_param
+from homeserver.names import local_name
+
+LOGIN_TYPE = "m.login.password"
+DEFAULT_DEVICE_ID = "DUMMY"
+MAX_DEVICE_ID = 512
+# A device's display name, as Synapse bounds it.
+MAX_DISPLAY_NAME = 100
+
+
+@dataclass(frozen=True, slots=True)
+class LoginRequest:
+    user: str  # the name as typed (a full user ID of this server reduced); "" for an address login
+    password: str
+    device_id: str
+    display_name: str | None = None  # initial_device_display_name
+    email: str | None = None  # the address of an m.id.thirdparty (medium "email") login
+
+
+def _string(body: dict[str, Any], key: str, where: str | None = None) -> str | None:
+    value = body.get(key)
+    if value is not None and not isinstance(value, str):
+        raise invalid_param(where or key, "a string")
+    return value
+
+
+def _third_party(holder: dict[str, Any], where: str) -> str:
+    """The address of a third-party identifier; only e-mail is supported (400 M_UNKNOWN else)."""
+    medium = _string(holder, "medium", f"{where}medium")
+    address = _string(holder, "address", f"{where}address")
+    if medium is None:
+        raise missing_param(f"{where}medium")
+    if medium != "email":
+        raise MatrixError(400, "M_UNKNOWN", f"Login with medium {medium!r} is not supported; only email is.")
+    if address is None:
+        raise missing_param(f"{where}address")
+    return address
+
+
+def parse_login(body: dict[str, Any], server_name: str) -> LoginRequest:
+    """Check the login body's shape; a 400 Matrix error for anything malformed."""
+    login_type = _string(body, "type")
+    if login_type is not None and login_type != LOGIN_TYPE:
+        raise MatrixError(400, "M_UNKNOWN", "Bad login type.")
+
+    user, email = "", None
+    identifier = body.get("identifier")
+    if identifier is not None:
+        if not isinstance(identifier, dict):
+            raise invalid_param("identifier", "an object")
+        id_type = _string(identifier, "type", "identifier.type")
+        if id_type == "m.id.thirdparty":
+            email = _third_party(identifier, "identifier.")
+        elif id_type is not None and id_type != "m.id.user":
+            raise MatrixError(
+                400, "M_UNKNOWN", f"Unknown identifier type {id_type!r}; m.id.user and m.id.thirdparty are supported."
+            )
+        else:
+            name = _string(identifier, "user", "identifier.user")
+            if name is None:
+                raise missing_param("identifier.user")
+            user = name
+    else:
+        # Deprecated top-level forms, still part of v1.12: "user", or "medium" and "address".
+        name = _string(body, "user")
+        if name is not None:
+            user = name
+        elif "medium" in body or "address" in body:
+            email = _third_party(body, "")
+        else:
+            raise missing_param("identifier")
+
+    password = _string(body, "password")
+    if password is None:
+        raise missing_param("password")
+
+    device_id = _string(body, "device_id")
+    if device_id is not None and not 0 < len(device_id) <= MAX_DEVICE_ID:
+        raise invalid_param("device_id", f"a string of 1 to {MAX_DEVICE_ID} characters")
+    display_name = _string(body, "initial_device_display_name")
+    if display_name is not None and len(display_name) > MAX_DISPLAY_NAME:
+        raise invalid_param("initial_device_display_name", f"at most {MAX_DISPLAY_NAME} characters")
+
+    # A full user ID of this server is reduced to its name; any other text is a name.
+    return LoginRequest(
+        user=local_name(user, server_name),
+        password=password,
+        device_id=device_id or DEFAULT_DEVICE_ID,
+        display_name=display_name,
+        email=email,
+    )
