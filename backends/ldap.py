@@ -13,7 +13,7 @@ from typing import Any
 import ldap3
 
 from backends.base import StoreUnavailable, User, UserBackend
-from backends.ldap_mapping import LdapUser, entry_user, name_filter
+from backends.ldap_mapping import LdapUser, email_filter, entry_user, name_filter
 from backends.ldap_pool import (
     INVALID_CREDENTIALS, SIZE_LIMIT_EXCEEDED, SUCCESS, TRANSIENT_RESULTS, DirectoryFault, LdapPool, describe,
 )
@@ -33,7 +33,7 @@ class LdapBackend(UserBackend):
         self.settings = settings
         self.pool = LdapPool(settings)
         attrs = settings.attributes
-        wanted = attrs["name"] + attrs["display_name"] + attrs["ident"] + attrs["avatar_url"]
+        wanted = attrs["name"] + attrs["display_name"] + attrs["ident"] + attrs["avatar_url"] + attrs["email"]
         if settings.mode == "hash":
             wanted += attrs["password"]
         self._wanted = list(dict.fromkeys(wanted))
@@ -47,8 +47,8 @@ class LdapBackend(UserBackend):
     async def start(self) -> None:
         s = self.settings
         logger.info(
-            "LDAP backend: %s, base %r, mode %s%s", ", ".join(s.uris), s.base, s.mode,
-            ", StartTLS" if s.start_tls else "",
+            "LDAP backend: %s, base %s, mode %s%s%s", ", ".join(s.uris), " then ".join(map(repr, s.bases)), s.mode,
+            ", StartTLS" if s.start_tls else "", ", Active Directory names" if s.active_directory else "",
         )
         try:
             await self.check_health()
@@ -59,6 +59,9 @@ class LdapBackend(UserBackend):
     async def get_user(self, name: str, *, case_insensitive: bool = False) -> User | None:
         # The service never passes a name no account can have (homeserver.names).
         return await self.pool.run(self._find_user, name, case_insensitive)
+
+    async def get_users_by_email(self, address: str) -> list[User]:
+        return await self.pool.run(self._find_by_email, address)
 
     async def verify_password(self, user: User, password: str) -> bool | None:
         if self.settings.mode != "bind":
@@ -86,12 +89,12 @@ class LdapBackend(UserBackend):
 
     # -- work done on the pool's threads -----------------------------------------------
 
-    def _find_user(self, deadline: float, name: str, case_insensitive: bool) -> LdapUser | None:
-        flt = name_filter(self.settings, name)
+    def _search(self, deadline: float, flt: str) -> list[dict[str, Any]]:
+        """The entries matching `flt` in the first base (in order) that has any; at most two."""
 
-        def search(conn: ldap3.Connection) -> list[dict[str, Any]]:
+        def search(conn: ldap3.Connection, base: str) -> list[dict[str, Any]]:
             conn.search(
-                self.settings.base,
+                base,
                 flt,
                 ldap3.SUBTREE,
                 attributes=self._wanted,
@@ -100,15 +103,28 @@ class LdapBackend(UserBackend):
             )
             code = (conn.result or {}).get("result")
             if code not in (SUCCESS, SIZE_LIMIT_EXCEEDED):
-                raise DirectoryFault(f"search under {self.settings.base!r} failed: {describe(conn)}")
+                raise DirectoryFault(f"search under {base!r} failed: {describe(conn)}")
             return [r for r in conn.response or [] if r.get("type") == "searchResEntry"]
 
-        entries = self.pool.with_connection("service", deadline, search)
+        for base in self.settings.bases:
+            entries = self.pool.with_connection("service", deadline, lambda conn: search(conn, base))
+            if entries:
+                return entries
+        return []
+
+    def _find_user(self, deadline: float, name: str, case_insensitive: bool) -> LdapUser | None:
+        flt, logon_name = name_filter(self.settings, name)
+        entries = self._search(deadline, flt)
         if len(entries) != 1:
             if len(entries) > 1:
                 logger.warning("LDAP: name %r matches several entries; refusing it", name)
             return None
-        return entry_user(self.settings, entries[0], name, case_insensitive)
+        return entry_user(self.settings, entries[0], None if logon_name else name, case_insensitive)
+
+    def _find_by_email(self, deadline: float, address: str) -> list[User]:
+        entries = self._search(deadline, email_filter(self.settings, address))
+        users = [entry_user(self.settings, entry, None, True) for entry in entries]
+        return [user for user in users if user is not None]
 
     def _bind_as(self, deadline: float, dn: str, password: str) -> bool:
         """Bind as the user on this thread's bind connection: True, False, or a fault."""
@@ -130,8 +146,9 @@ class LdapBackend(UserBackend):
         """Read the base entry: proves the connection, the service bind and the base DN."""
 
         def probe(conn: ldap3.Connection) -> None:
-            conn.search(self.settings.base, "(objectClass=*)", ldap3.BASE, attributes=["1.1"], size_limit=1)
-            if (conn.result or {}).get("result") != SUCCESS:
-                raise DirectoryFault(f"base {self.settings.base!r} cannot be read: {describe(conn)}")
+            for base in self.settings.bases:
+                conn.search(base, "(objectClass=*)", ldap3.BASE, attributes=["1.1"], size_limit=1)
+                if (conn.result or {}).get("result") != SUCCESS:
+                    raise DirectoryFault(f"base {base!r} cannot be read: {describe(conn)}")
 
         self.pool.with_connection("service", deadline, probe)

@@ -49,16 +49,58 @@ def first_text(attrs: dict[str, list[bytes]], names: list[str], dn: str) -> str 
     return None
 
 
-def name_filter(settings: LdapSettings, name: str) -> str:
-    """The search filter for a typed name: every name attribute, escaped, ANDed with the operator's filter."""
-    escaped = escape_filter_chars(name)
-    matches = [f"({attr}={escaped})" for attr in settings.attributes["name"]]
-    match = matches[0] if len(matches) == 1 else f"(|{''.join(matches)})"
+# Active Directory's logon names: DOMAIN\user (pre-Windows 2000) and user@domain (the UPN).
+AD_ACCOUNT, AD_PRINCIPAL = "sAMAccountName", "userPrincipalName"
+
+
+def _any_of(attributes: list[str], value: str) -> str:
+    escaped = escape_filter_chars(value)
+    matches = [f"({attr}={escaped})" for attr in attributes]
+    return matches[0] if len(matches) == 1 else f"(|{''.join(matches)})"
+
+
+def _with_operator_filter(settings: LdapSettings, match: str) -> str:
     return f"(&{settings.filter}{match})" if settings.filter else match
 
 
-def entry_user(settings: LdapSettings, entry: dict[str, Any], requested: str, case_insensitive: bool) -> LdapUser | None:
-    """Build the User from an entry; None when no name value equals the requested one."""
+def ad_attribute(settings: LdapSettings, name: str) -> tuple[str, str] | None:
+    """For an Active Directory logon name, the attribute it is matched against and the value."""
+    if not settings.active_directory:
+        return None
+    if "\\" in name:
+        account = name.split("\\", 1)[1]  # the domain part names the directory we search anyway
+        return (AD_ACCOUNT, account) if account else None
+    if "@" in name[1:]:
+        return AD_PRINCIPAL, name
+    return None
+
+
+def name_filter(settings: LdapSettings, name: str) -> tuple[str, bool]:
+    """The search filter for a typed name, every value escaped and ANDed with the operator's
+    filter; and whether the name is an Active Directory logon name rather than a user name."""
+    ad = ad_attribute(settings, name)
+    if ad is not None:
+        return _with_operator_filter(settings, _any_of([ad[0]], ad[1])), True
+    return _with_operator_filter(settings, _any_of(settings.attributes["name"], name)), False
+
+
+def email_filter(settings: LdapSettings, address: str) -> str:
+    """The search filter for an address: the e-mail attributes (and, on Active Directory, the
+    UPN, which Element sends as an address since it has an @)."""
+    attributes = list(settings.attributes["email"])
+    if settings.active_directory and AD_PRINCIPAL not in attributes:
+        attributes.append(AD_PRINCIPAL)
+    return _with_operator_filter(settings, _any_of(attributes, address))
+
+
+def entry_user(
+    settings: LdapSettings, entry: dict[str, Any], requested: str | None, case_insensitive: bool
+) -> LdapUser | None:
+    """Build the User from an entry; None when no name value equals the requested one.
+
+    `requested` None: the entry was found by another attribute (an address, an Active
+    Directory logon name); its user name is then its first name attribute's value.
+    """
     dn = entry.get("dn", "")
     attrs = {key.lower(): values for key, values in (entry.get("raw_attributes") or {}).items()}
     roles = settings.attributes
@@ -72,9 +114,12 @@ def entry_user(settings: LdapSettings, entry: dict[str, Any], requested: str, ca
                 continue
     # The directory's matching rules also ignore extra spaces and more; keep only
     # an exact match, or a case-insensitive one when the caller asked for it.
-    name = next((n for n in names if n == requested), None)
-    if name is None and case_insensitive:
-        name = next((n for n in names if n.casefold() == requested.casefold()), None)
+    if requested is None:
+        name = names[0] if names else None
+    else:
+        name = next((n for n in names if n == requested), None)
+        if name is None and (case_insensitive or settings.lowercase_user_ids):
+            name = next((n for n in names if n.casefold() == requested.casefold()), None)
     if name is None:
         return None
     # With several name attributes (log in by uid or mail), the stored name is the
@@ -97,11 +142,14 @@ def entry_user(settings: LdapSettings, entry: dict[str, Any], requested: str, ca
                 # Not UTF-8 means not a hash we know; let the login rules report it.
                 password = password_text(bytes(values[0]).decode("utf-8", "replace"))
                 break
+    if settings.lowercase_user_ids:
+        name = name.lower()
     return LdapUser(
         name=name,
         ident=ident,
         password=password,
         display_name=first_text(attrs, roles["display_name"], dn),
         avatar_url=avatar or None,
+        email=first_text(attrs, roles["email"], dn),
         dn=dn,
     )

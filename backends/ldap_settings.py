@@ -17,14 +17,7 @@ from backends.base import ConfigError
 
 logger = logging.getLogger(__name__)
 
-ROLES = ("name", "display_name", "ident", "avatar_url", "password")
-DEFAULT_ATTRIBUTES: dict[str, list[str]] = {
-    "name": ["uid"],
-    "display_name": ["displayName", "cn"],
-    "ident": ["entryUUID"],
-    "avatar_url": ["labeledURI"],
-    "password": ["userPassword"],
-}
+ROLES = ("name", "display_name", "ident", "avatar_url", "password", "email")
 ATTRIBUTE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]*|[0-9]+(\.[0-9]+)+")
 
 
@@ -33,7 +26,7 @@ class LdapSettings:
     """The validated `[backend.ldap]` section."""
 
     uris: list[str]
-    base: str
+    bases: list[str]  # searched in order
     filter: str
     bind_dn: str
     bind_password: str
@@ -44,6 +37,8 @@ class LdapSettings:
     tls_require_cert: bool
     pool_size: int
     attributes: dict[str, list[str]]
+    active_directory: bool = False
+    lowercase_user_ids: bool = False
 
 
 def _attribute_list(role: str, value: Any) -> list[str]:
@@ -99,19 +94,22 @@ def _read_password_file(path: str) -> str:
     return text.removesuffix("\n").removesuffix("\r")
 
 
+def _as_list(value: str | list[str]) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)
+
+
 def parse_settings(options: dict[str, Any], config_dir: str) -> LdapSettings:
-    """Check the section's combinations (the schema checked each key alone)."""
-    uri = options.get("uri", "ldap://localhost:389")
-    uris = [_check_uri(u) for u in ([uri] if isinstance(uri, str) else uri) if u.strip()]
+    """Check the section's combinations (the schema checked each key alone and gave the defaults)."""
+    uris = [_check_uri(u) for u in _as_list(options["uri"]) if u.strip()]
     if not uris:
         raise ConfigError("backend.ldap.uri: must name at least one server")
-    base = options.get("base", "").strip()
-    if not base:
-        raise ConfigError("backend.ldap.base: must name the DN under which users are searched")
+    bases = [b.strip() for b in _as_list(options["base"]) if b.strip()]
+    if not bases:
+        raise ConfigError("backend.ldap.base: must name the DN (or DNs) under which users are searched")
 
-    bind_dn = options.get("bind_dn", "")
-    password = options.get("bind_password", "")
-    password_file = options.get("bind_password_file", "")
+    bind_dn = options["bind_dn"]
+    password = options["bind_password"]
+    password_file = options["bind_password_file"]
     if password and password_file:
         raise ConfigError("backend.ldap: set bind_password or bind_password_file, not both")
     if password_file:
@@ -125,14 +123,14 @@ def parse_settings(options: dict[str, Any], config_dir: str) -> LdapSettings:
     if password and not bind_dn:
         raise ConfigError("backend.ldap.bind_password: set bind_dn too")
 
-    given = options.get("attributes", {})
-    attributes = {role: _attribute_list(role, given.get(role, DEFAULT_ATTRIBUTES[role])) for role in ROLES}
-    mode = options.get("mode", "hash")
+    given = options["attributes"]
+    attributes = {role: _attribute_list(role, given[role]) for role in ROLES}
+    mode = options["mode"]
     for role in ("name", "ident", "password") if mode == "hash" else ("name", "ident"):
         if not attributes[role]:
             raise ConfigError(f"backend.ldap.attributes.{role}: must name at least one attribute")
 
-    ca_file = options.get("ca_file", "")
+    ca_file = options["ca_file"]
     if ca_file:
         ca_file = ca_file if os.path.isabs(ca_file) else os.path.join(config_dir, ca_file)
         if not os.path.isfile(ca_file):
@@ -140,15 +138,17 @@ def parse_settings(options: dict[str, Any], config_dir: str) -> LdapSettings:
 
     return LdapSettings(
         uris=uris,
-        base=base,
-        filter=_check_filter(options.get("filter", "")),
+        bases=bases,
+        filter=_check_filter(options["filter"]),
         bind_dn=bind_dn,
         bind_password=password,
         mode=mode,
-        timeout=float(options.get("timeout", 5.0)),
-        start_tls=bool(options.get("start_tls", False)),
+        timeout=options["timeout"],
+        start_tls=options["start_tls"],
         ca_file=ca_file,
-        tls_require_cert=bool(options.get("tls_require_cert", True)),
-        pool_size=int(options.get("pool_size", 4)),
+        tls_require_cert=options["tls_require_cert"],
+        pool_size=options["pool_size"],
         attributes=attributes,
+        active_directory=options["active_directory"],
+        lowercase_user_ids=options["lowercase_user_ids"],
     )

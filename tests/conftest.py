@@ -14,7 +14,7 @@ import pytest
 from homeserver.app import make_app
 from homeserver.context import build_homeserver, create_backend, create_session_store
 from homeserver.config import Config, build_config
-from tests.helpers import DEFAULT_USERS, JWT_SECRET, Response, assert_json
+from tests.helpers import DEFAULT_USERS, JWT_SECRET, TEST_ROUNDS, Response, assert_json
 
 Fetch = Callable[..., Awaitable[Response]]
 
@@ -42,7 +42,8 @@ def make_config(tmp_path, users_path) -> Callable[..., Config]:
 
     def make(overrides: dict[str, dict[str, Any]] | None = None, environ: dict[str, str] | None = None) -> Config:
         document: dict[str, Any] = {
-            "auth": {"jwt_secret": JWT_SECRET},
+            # bcrypt_rounds: the cost of the stand-in hash an unknown address is checked against.
+            "auth": {"jwt_secret": JWT_SECRET, "bcrypt_rounds": TEST_ROUNDS},
             "backend": {"type": "file", "file": {"path": users_path}},
             # Rate limits stay on, as in production, with bursts no ordinary test reaches;
             # tests of the limits set their own (tests/test_ratelimit.py).

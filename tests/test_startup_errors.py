@@ -70,12 +70,28 @@ def test_bad_host(run_server, processes, host, fragment):
     assert_one_line(proc, "server.host", fragment)
 
 
-@pytest.mark.parametrize("processes, offset", [("1", 0), ("2", 1)])
-def test_metrics_port_taken(run_server, taken_port, processes, offset):
-    # Worker i listens on port + i: with two workers, the second one's port is the taken one.
-    metrics = f"[metrics]\nenabled = true\nport = {taken_port - offset}\n"
-    proc = run_server("--processes", processes, extra=metrics)
+def test_metrics_port_taken(run_server, taken_port):
+    metrics = f"[metrics]\nenabled = true\nport = {taken_port}\n"
+    proc = run_server("--processes", "1", extra=metrics)
     assert_one_line(proc, "metrics.port", f"127.0.0.1:{taken_port}", "already in use")
+
+
+def test_metrics_port_of_the_second_worker_taken(run_server):
+    # Worker i listens on port + i: a free port whose next one is taken (held here).
+    while True:
+        with socket.socket() as free:
+            free.bind(("127.0.0.1", 0))
+            port = free.getsockname()[1]
+        taken = socket.socket()
+        try:
+            taken.bind(("127.0.0.1", port + 1))
+            taken.listen()
+            break
+        except (OSError, OverflowError):  # taken by someone else, or past 65535
+            taken.close()
+    with taken:
+        proc = run_server("--processes", "2", extra=f"[metrics]\nenabled = true\nport = {port}\n")
+    assert_one_line(proc, "metrics.port", f"127.0.0.1:{port + 1}", "already in use")
 
 
 def test_metrics_port_past_the_last_port(run_server):

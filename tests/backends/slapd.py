@@ -69,6 +69,19 @@ def make_certificates(directory: str) -> dict[str, str]:
     return paths
 
 
+# Active Directory's two logon-name attributes (their real OIDs) and an auxiliary class to
+# carry them, so AD-shaped entries live in a real OpenLDAP: the backend searches the very
+# attribute names an AD domain controller has.
+AD_SCHEMA = """dn: cn=adtest,cn=schema,cn=config
+objectClass: olcSchemaConfig
+cn: adtest
+olcAttributeTypes: ( 1.2.840.113556.1.4.221 NAME 'sAMAccountName' EQUALITY caseIgnoreMatch SUBSTR caseIgnoreSubstringsMatch SYNTAX 1.3.6.1.4.1.1466.115.121.1.15 SINGLE-VALUE )
+olcAttributeTypes: ( 1.2.840.113556.1.4.656 NAME 'userPrincipalName' EQUALITY caseIgnoreMatch SUBSTR caseIgnoreSubstringsMatch SYNTAX 1.3.6.1.4.1.1466.115.121.1.15 SINGLE-VALUE )
+olcObjectClasses: ( 1.2.840.113556.1.5.9 NAME 'adUser' SUP top AUXILIARY MAY ( sAMAccountName $ userPrincipalName ) )
+
+"""
+
+
 def _config_ldif(directory: str, tls: dict[str, str] | None) -> str:
     tls_lines = ""
     if tls:
@@ -79,7 +92,7 @@ def _config_ldif(directory: str, tls: dict[str, str] | None) -> str:
         )
     schemas = "".join(
         f"include: file://{SCHEMA_DIR}/{name}.ldif\n\n" for name in ("core", "cosine", "inetorgperson")
-    )
+    ) + AD_SCHEMA
     return f"""dn: cn=config
 objectClass: olcGlobal
 cn: config
@@ -113,7 +126,9 @@ def person(uid: str, ou: str = "people", more_uids: tuple[str, ...] = (), **attr
     """One inetOrgPerson entry as LDIF (cn and sn default to the uid)."""
     attrs.setdefault("cn", uid)
     attrs.setdefault("sn", uid)
+    classes = attrs.pop("objectClass", [])
     lines = [f"dn: uid={uid},ou={ou},{SUFFIX}", "objectClass: inetOrgPerson"]
+    lines += [f"objectClass: {name}" for name in ([classes] if isinstance(classes, str) else classes)]
     lines += [f"uid: {value}" for value in (uid, *more_uids)]
     for key, value in attrs.items():
         for item in value if isinstance(value, list) else [value]:
@@ -340,6 +355,17 @@ def directory_ldif() -> str:
         person("star*", displayName="Star", userPassword=crypt_bcrypt("star-pw")),
         # Two uid values.
         person("frank", more_uids=("franky",), displayName="Frank", userPassword=crypt_bcrypt("frank-pw")),
+        # Login by address: a mixed-case mail, and one address held by two entries.
+        person("grace", displayName="Grace", mail="Grace.Hopper@Example.ORG", userPassword=crypt_bcrypt("grace-pw")),
+        person("dup1", mail="shared@example.org", userPassword=crypt_bcrypt("dup-pw")),
+        person("dup2", mail="shared@example.org", userPassword=crypt_bcrypt("dup-pw")),
+        # Active Directory shaped: CORP\\hwin or hwin@corp.example.com; the Matrix name is its uid.
+        person("hwin", objectClass="adUser", sAMAccountName="HWin", userPrincipalName="hwin@corp.example.com",
+               mail="Hal.Win@example.org", displayName="Hal Win", userPassword=crypt_bcrypt("hwin-pw")),
+        # Only under ou=staff: found when both bases are searched.
+        person("ivan", ou="staff", mail="ivan@example.org", userPassword=crypt_bcrypt("ivan-pw")),
+        # A mixed-case uid, for lowercase_user_ids.
+        person("Judy", displayName="Judy", userPassword=crypt_bcrypt("judy-pw")),
     ])
 
 

@@ -424,3 +424,106 @@ def test_active_directory_object_guid_reads_as_its_usual_text():
 
 def test_active_directory_filter_is_accepted():
     assert _check_filter("(&(objectClass=user)(!(userAccountControl:1.2.840.113556.1.4.803:=2)))")
+
+
+# -- login by e-mail address and the names directory users type (issue 12) ---------------
+
+REFUSED = "Invalid username or password"
+STAFF = f"ou=staff,{SUFFIX}"
+AD = pytest.mark.parametrize("ldap_extra", [{"active_directory": True}], ids=["ad"])
+
+
+def by_address(address: str, password: str) -> dict[str, Any]:
+    return {"type": "m.login.password", "password": password,
+            "identifier": {"type": "m.id.thirdparty", "medium": "email", "address": address}}
+
+
+@BOTH_MODES
+@pytest.mark.parametrize("address", ["Grace.Hopper@Example.ORG", "grace.hopper@example.org", "GRACE.HOPPER@EXAMPLE.ORG"])
+async def test_login_by_mail_in_both_modes(fetch, address):
+    body = assert_json(await fetch(LOGIN, "POST", json_body=by_address(address, "grace-pw")))
+    assert body["user_id"] == "@grace:localhost"
+    assert_error(await fetch(LOGIN, "POST", json_body=by_address(address, "nope")), 403, "M_FORBIDDEN", REFUSED)
+
+
+async def test_the_deprecated_top_level_form(fetch):
+    body = {"medium": "email", "address": "grace.hopper@example.org", "password": "grace-pw"}
+    assert assert_json(await fetch(LOGIN, "POST", json_body=body))["user_id"] == "@grace:localhost"
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["shared@example.org", "nobody@example.org", "*", "*@example.org", ")(", "grace.hopper@example.org)(uid=*",
+     "x)(|(mail=*", "gr\x00ace@example.org", "a" * 300 + "@example.org"],
+)
+async def test_ambiguous_unknown_and_hostile_addresses(fetch, hs, address):
+    before = hs.checker.wasted
+    resp = await fetch(LOGIN, "POST", json_body=by_address(address, "dup-pw"))
+    assert_error(resp, 403, "M_FORBIDDEN", REFUSED)
+    assert hs.checker.wasted == before + 1  # the same bcrypt work as a wrong password
+
+
+@pytest.mark.parametrize("ldap_attributes", [{"email": ["description", "mail"]}], ids=["email-list"])
+async def test_the_email_attribute_is_configurable(fetch):
+    body = assert_json(await fetch(LOGIN, "POST", json_body=by_address("bob@example.org", "builder")))
+    assert body["user_id"] == "@bob:localhost"
+
+
+@AD
+@pytest.mark.parametrize("typed", ["CORP\\hwin", "corp\\HWIN", "hwin@corp.example.com", "HWin@Corp.Example.com"])
+async def test_active_directory_logon_names(fetch, typed):
+    resp = await try_login(fetch, typed, "hwin-pw")
+    body = assert_json(resp)
+    assert body["user_id"] == "@hwin:localhost"
+    assert_error(await try_login(fetch, typed, "nope"), 403, "M_FORBIDDEN", REFUSED)
+
+
+@AD
+async def test_element_sends_a_upn_as_an_address(fetch):
+    body = assert_json(await fetch(LOGIN, "POST", json_body=by_address("hwin@corp.example.com", "hwin-pw")))
+    assert body["user_id"] == "@hwin:localhost"
+    body = assert_json(await fetch(LOGIN, "POST", json_body=by_address("hal.win@example.org", "hwin-pw")))
+    assert body["user_id"] == "@hwin:localhost"
+
+
+@AD
+@pytest.mark.parametrize("typed", ["CORP\\*", "CORP\\", "*\\hwin)(uid=*", "*@corp.example.com", "CORP\\hwin\x00"])
+async def test_hostile_active_directory_names(fetch, typed):
+    resp = await try_login(fetch, typed, "hwin-pw")
+    assert_error(resp, 403, "M_FORBIDDEN")
+
+
+async def test_active_directory_names_need_the_switch(fetch):
+    assert_error(await try_login(fetch, "CORP\\hwin", "hwin-pw"), 403, "M_FORBIDDEN", "Invalid username")
+
+
+@pytest.mark.parametrize("ldap_extra", [{"base": [PEOPLE, STAFF]}], ids=["two-bases"])
+async def test_several_bases_searched_in_order(fetch):
+    assert (await login_ok(fetch, "ivan", "ivan-pw")) == "@ivan:localhost"
+    body = assert_json(await fetch(LOGIN, "POST", json_body=by_address("ivan@example.org", "ivan-pw")))
+    assert body["user_id"] == "@ivan:localhost"
+    # The twin under ou=people answers first; its double under ou=staff is never reached.
+    assert (await login_ok(fetch, "twin", "twin-pw")) == "@twin:localhost"
+
+
+@pytest.mark.parametrize("ldap_extra", [{"base": PEOPLE}], ids=["people-only"])
+async def test_one_base_does_not_see_the_other(fetch):
+    assert_error(await try_login(fetch, "ivan", "ivan-pw"), 403, "M_FORBIDDEN", "Invalid username")
+
+
+@pytest.mark.parametrize("ldap_extra", [{"lowercase_user_ids": True}], ids=["lowercase"])
+async def test_lowercase_user_ids(fetch):
+    body = assert_json(await try_login(fetch, "Judy", "judy-pw"))
+    assert body["user_id"] == "@judy:localhost"
+    assert assert_json(await try_login(fetch, "judy", "judy-pw"))["user_id"] == "@judy:localhost"
+    whoami = assert_json(await fetch("/_matrix/client/v3/account/whoami", token=body["access_token"]))
+    assert whoami["user_id"] == "@judy:localhost"
+    assert (await profile(fetch, "judy"))["displayname"].startswith("Judy")
+
+
+async def test_without_lowercasing_the_stored_case_is_kept(fetch):
+    assert assert_json(await try_login(fetch, "judy", "judy-pw"))["user_id"] == "@Judy:localhost"
+
+
+async def login_ok(fetch, user: str, password: str) -> str:
+    return assert_json(await try_login(fetch, user, password))["user_id"]

@@ -1,0 +1,218 @@
+"""Every config key: its kind, its default and its check (the schema `homeserver.config` applies)."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import Any, Callable
+
+@dataclass(frozen=True)
+class Field:
+    """One config key: its kind, its default and an optional check returning an error text."""
+
+    kind: str  # "str", "int", "float", "bool", "str_list", "str_or_list"
+    default: Any
+    check: Callable[[Any], str | None] | None = None
+
+
+def _range(lo: float, hi: float | None = None) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if value < lo or (hi is not None and value > hi):
+            return f"must be between {lo} and {hi}" if hi is not None else f"must be at least {lo}"
+        return None
+
+    return check
+
+
+def _one_of(*choices: str) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        return None if value in choices else f"must be one of {', '.join(choices)}"
+
+    return check
+
+
+def _non_empty(value: Any) -> str | None:
+    return None if value else "must not be empty"
+
+
+def _http_url(value: Any) -> str | None:
+    return None if value.startswith(("http://", "https://")) else "must start with http:// or https://"
+
+
+def _optional_http_url(value: Any) -> str | None:
+    return None if not value else _http_url(value)
+
+
+def _cidrs(value: Any) -> str | None:
+    for item in value:
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            return f"{item!r} is not an IP address or CIDR network"
+    return None
+
+
+def _secrets(value: Any) -> str | None:
+    for index, item in enumerate(value):
+        if len(item.encode("utf-8")) < 32:
+            return f"entry {index} must be at least 32 bytes"
+    return None
+
+
+def _positive(value: Any) -> str | None:
+    return None if value > 0 else "must be greater than 0"
+
+
+def _redis_url(value: Any) -> str | None:
+    ok = value.startswith(("redis://", "rediss://", "unix://"))
+    return None if ok else "must start with redis://, rediss:// or unix://"
+
+
+def _redis_fields(key_prefix: str) -> dict[str, Field]:
+    """The connection keys of a Redis section (the user backend's, the session store's)."""
+    return {
+        "url": Field("str", "redis://127.0.0.1:6379/0", _redis_url),
+        "key_prefix": Field("str", key_prefix),
+        "mode": Field("str", "standalone", _one_of("standalone", "sentinel", "cluster")),
+        "sentinels": Field("str_list", []),
+        "service_name": Field("str", "mymaster"),
+        "sentinel_password": Field("str", ""),
+        "cluster_nodes": Field("str_list", []),
+        "connect_timeout": Field("float", 1.0, _range(0.05, 60)),
+        "socket_timeout": Field("float", 1.0, _range(0.05, 60)),
+        "retries": Field("int", 1, _range(0, 10)),
+        "max_connections": Field("int", 100, _range(1, 10000)),
+        "health_check_interval": Field("int", 0, _range(0)),
+        "retry_after": Field("int", 5, _range(1, 3600)),
+    }
+
+
+# Every known section and key. Backend sections list their keys here too, so a config
+# file that carries a section for another backend raises no unknown-key warnings.
+SCHEMA: dict[str, dict[str, Field]] = {
+    "server": {
+        "host": Field("str", "127.0.0.1", _non_empty),
+        "port": Field("int", 8008, _range(0, 65535)),
+        "base_url": Field("str", "http://localhost:8008", _http_url),
+        "server_name": Field("str", "localhost", _non_empty),
+        "identity_server_url": Field("str", "https://vector.im", _optional_http_url),
+        "processes": Field("int", 1, _range(1, 256)),
+        "max_body_size": Field("int", 65536, _range(1024)),
+        # Peers (IPs or CIDRs) whose X-Forwarded-For names the real client address.
+        "trusted_proxies": Field("str_list", [], _cidrs),
+        # Seconds to let in-flight requests finish on SIGTERM before connections are cut.
+        "drain_timeout": Field("float", 10.0, _range(0)),
+        # Seconds a connection may sit idle (or take to send its headers) before it is closed.
+        "idle_timeout": Field("float", 60.0, _positive),
+        # Seconds a request may take to send its body.
+        "body_timeout": Field("float", 30.0, _positive),
+        # "auto": uvloop when it is installed (about 10 % more requests per core), else asyncio.
+        "event_loop": Field("str", "auto", _one_of("auto", "asyncio", "uvloop")),
+    },
+    "support": {
+        "email_address": Field("str", "admin@localhost", _non_empty),
+        "matrix_id": Field("str", "@admin:localhost", _non_empty),
+        "role": Field("str", "m.role.admin", _non_empty),
+    },
+    "auth": {
+        "jwt_secret": Field("str", ""),
+        # Secrets of before a rotation: their tokens are still accepted; new ones use jwt_secret.
+        "previous_jwt_secrets": Field("str_list", [], _secrets),
+        "secret_file": Field("str", "jwt.secret", _non_empty),
+        "token_lifetime": Field("int", 0, _range(0)),
+        "bcrypt_rounds": Field("int", 12, _range(4, 31)),
+        # Threads checking passwords; 0 means one per CPU core.
+        "bcrypt_workers": Field("int", 0, _range(0, 256)),
+        # Password checks running or waiting at once; more logins get 429 at once.
+        "max_pending_logins": Field("int", 64, _range(1)),
+    },
+    "backend": {
+        "type": Field("str", "file", _non_empty),
+    },
+    "backend.file": {
+        "path": Field("str", "users.json", _non_empty),
+        # Seconds between checks of the file for changes; 0 turns polling off (SIGHUP still reloads).
+        "reload_interval": Field("float", 5.0, _range(0)),
+        # A password that is not the hex text of a bcrypt hash stops start-up (naming the
+        # record); false loads it, and its logins answer 500 as with Redis and LDAP.
+        "check_passwords": Field("bool", True),
+    },
+    "backend.redis": {
+        **_redis_fields("homeserver:user:"),
+        # Login by e-mail: `<email_key_prefix><address>` is the set of names holding it.
+        "email_key_prefix": Field("str", "homeserver:email:"),
+    },
+    "backend.ldap": {
+        # One URI or a list tried in order: ldap://host[:port] or ldaps://host[:port].
+        "uri": Field("str_or_list", "ldap://localhost:389", _non_empty),
+        # One DN or a list searched in order: the first with a match answers.
+        "base": Field("str_or_list", ""),
+        # Extra filter ANDed with the name match, e.g. "(objectClass=inetOrgPerson)".
+        "filter": Field("str", ""),
+        "bind_dn": Field("str", ""),
+        "bind_password": Field("str", ""),
+        "bind_password_file": Field("str", ""),
+        "mode": Field("str", "hash", _one_of("hash", "bind")),
+        "timeout": Field("float", 5.0, _range(0.1, 300)),
+        "start_tls": Field("bool", False),
+        "ca_file": Field("str", ""),
+        "tls_require_cert": Field("bool", True),
+        "pool_size": Field("int", 4, _range(1, 64)),
+        # Active Directory: DOMAIN\user matches sAMAccountName, user@domain userPrincipalName.
+        "active_directory": Field("bool", False),
+        # Hand out lower-cased user IDs (so Alice and alice are one Matrix user).
+        "lowercase_user_ids": Field("bool", False),
+    },
+    "backend.ldap.attributes": {
+        "name": Field("str_or_list", "uid"),
+        "display_name": Field("str_or_list", ["displayName", "cn"]),
+        "ident": Field("str_or_list", "entryUUID"),
+        "avatar_url": Field("str_or_list", "labeledURI"),
+        "password": Field("str_or_list", "userPassword"),
+        "email": Field("str_or_list", "mail"),
+    },
+    "sessions": {
+        "store": Field("str", "sqlite", _one_of("sqlite", "redis")),
+        # Seconds between last-seen writes of one session (per process): not every request writes.
+        "touch_interval": Field("float", 60.0, _range(0)),
+        # Seconds between sweeps that end the sessions of users gone from the user store.
+        "sweep_interval": Field("float", 3600.0, _positive),
+    },
+    "sessions.sqlite": {
+        "path": Field("str", "sessions.db", _non_empty),
+        # Seconds a write may wait for the database (another process's write) before 503.
+        "timeout": Field("float", 2.0, _range(0.05, 60)),
+        # Seconds an ended session is remembered (its token is told soft_logout false).
+        "keep_ended": Field("float", 30 * 86400.0, _range(0)),
+    },
+    "sessions.redis": {
+        **_redis_fields("homeserver:session:"),
+        # Seconds an ended session is remembered (its token is told soft_logout false).
+        "keep_ended": Field("float", 30 * 86400.0, _range(0)),
+    },
+    "logging": {
+        "level": Field("str", "INFO", _one_of("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),
+        "format": Field("str", "text", _one_of("text", "json")),
+    },
+    "rate_limit": {
+        "enabled": Field("bool", True),
+        # Token buckets as Synapse's rc_login: refill per second, and the burst allowed.
+        "address_per_second": Field("float", 0.17, _positive),
+        "address_burst": Field("int", 3, _range(1)),
+        "account_per_second": Field("float", 0.17, _positive),
+        "account_burst": Field("int", 3, _range(1)),
+        "failed_attempts_per_second": Field("float", 0.17, _positive),
+        "failed_attempts_burst": Field("int", 3, _range(1)),
+        # Keep the buckets in the session store, shared by every worker and server on it.
+        "shared": Field("bool", True),
+        # Buckets kept per limit; past that the least recently used is forgotten.
+        "max_entries": Field("int", 100_000, _range(100)),
+    },
+    "metrics": {
+        "enabled": Field("bool", False),
+        # 0 serves /metrics on the main listener; another port serves it there instead
+        # (worker i of [server] processes uses port + i).
+        "port": Field("int", 0, _range(0, 65535)),
+        "host": Field("str", "127.0.0.1", _non_empty),
+    },
+}
