@@ -3,7 +3,10 @@
 
 import sys
 
-from homeserver.cli import main
+if sys.version_info < (3, 11):  # tomllib (homeserver/config.py)
+    sys.exit(f"homeserver: error: Python 3.11 or newer is needed (this is {sys.version.split()[0]})")
+
+from homeserver.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Collection
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +78,14 @@ class UserBackend(abc.ABC):
         """Read the store again where the backend holds a copy (SIGHUP); True if it did."""
         return False
 
-    async def add_user(self, user: User, *, overwrite: bool = False) -> None:
-        """Provision a user (the CLI's add-user; never called while serving)."""
+    async def add_user(self, user: User, *, overwrite: bool = False, keep: Collection[str] = ()) -> bool:
+        """Provision a user (the CLI's add-user; never called while serving); True if one was replaced.
+
+        An existing user is refused (`UserExists`) unless `overwrite`; then the fields of
+        `user` replace the stored ones (a None removes one), except the fields named in
+        `keep`, which stay as stored, and fields the record has that `User` does not know.
+        Keeping `password` or `ident` of a user that does not exist is `UserIncomplete`.
+        """
         raise NotImplementedError(f"the {self.name} backend cannot add users")
 
     async def close(self) -> None:
@@ -88,6 +94,14 @@ class UserBackend(abc.ABC):
 
 class UserExists(Exception):
     """add_user found the name taken and was not asked to overwrite."""
+
+
+class UserIncomplete(Exception):
+    """add_user was told to keep required fields of a user that does not exist."""
+
+    def __init__(self, name: str, fields: list[str]) -> None:
+        super().__init__(f"user {name!r} does not exist, so {' and '.join(fields)} cannot be kept")
+        self.fields = fields
 
 
 class StoreUnavailable(Exception):

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import fcntl
+import grp
 import json
 import logging
 import os
+import pwd
 import tempfile
-from typing import Any, Iterator
+from typing import Any, Collection, Iterator
 
 from tornado.ioloop import PeriodicCallback
 
-from backends.base import ConfigError, User, UserBackend, UserExists, canonical_email
+from backends.base import ConfigError, User, UserBackend, UserExists, UserIncomplete, canonical_email
+from backends.hashes import stored_password_problem
 
 logger = logging.getLogger(__name__)
 
@@ -21,8 +25,12 @@ REQUIRED = ("name", "password", "ident")
 OPTIONAL = ("display_name", "avatar_url", "email")
 
 
-def parse_users(document: Any, source: str) -> dict[str, User]:
-    """Validate a `{"users": [...]}` document into {name: User}; ConfigError names the record."""
+def parse_users(document: Any, source: str, *, check_passwords: bool = True) -> dict[str, User]:
+    """Validate a `{"users": [...]}` document into {name: User}; ConfigError names the record.
+
+    With `check_passwords`, a password that is not the hex text of a bcrypt hash is such
+    an error too, so it stops start-up instead of failing every login of that user.
+    """
     if not isinstance(document, dict) or not isinstance(document.get("users"), list):
         raise ConfigError(f"users file {source}: expected an object with a \"users\" list")
     users: dict[str, User] = {}
@@ -42,6 +50,9 @@ def parse_users(document: Any, source: str) -> dict[str, User]:
                 raise ConfigError(f"{where}: field {key!r} must be a string")
         if record["name"] in users:
             raise ConfigError(f"{where}: duplicate name")
+        problem = stored_password_problem(record["password"]) if check_passwords else None
+        if problem is not None:
+            raise ConfigError(f"{where}: field 'password' cannot be used: {problem}")
         users[record["name"]] = User(
             name=record["name"],
             password=record["password"],
@@ -72,7 +83,7 @@ def fold_index(users: dict[str, User]) -> dict[str, str]:
     return {key: name for key, name in seen.items() if name is not None}
 
 
-def read_users_file(path: str) -> dict[str, User]:
+def read_users_file(path: str, check_passwords: bool = True) -> dict[str, User]:
     """Load and validate the users file; ConfigError on any problem."""
     try:
         with open(path, "rb") as fh:
@@ -85,7 +96,7 @@ def read_users_file(path: str) -> dict[str, User]:
         document = json.loads(raw)
     except (ValueError, RecursionError) as exc:
         raise ConfigError(f"users file {path}: malformed JSON: {exc}") from None
-    return parse_users(document, path)
+    return parse_users(document, path, check_passwords=check_passwords)
 
 
 Signature = tuple[int, int, int, int]
@@ -101,7 +112,7 @@ def file_signature(path: str) -> Signature | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def read_versioned(path: str) -> tuple[Signature | None, dict[str, User] | ConfigError]:
+def read_versioned(path: str, check_passwords: bool = True) -> tuple[Signature | None, dict[str, User] | ConfigError]:
     """Read and validate the file, with the signature taken before reading.
 
     Stat first: a write landing between stat and read then shows up as a new signature
@@ -109,35 +120,77 @@ def read_versioned(path: str) -> tuple[Signature | None, dict[str, User] | Confi
     """
     signature = file_signature(path)
     try:
-        return signature, read_users_file(path)
+        return signature, read_users_file(path, check_passwords)
     except ConfigError as exc:
         return signature, exc
 
 
 @contextlib.contextmanager
 def _locked(path: str) -> Iterator[None]:
-    """Serialise writers (concurrent add-user runs) with a lock file beside the users file."""
-    with open(path + ".lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    """Serialise writers (concurrent add-user runs) with a lock on the users file's folder.
+
+    No lock file: it would be left beside the users file (which may be tracked in git).
+    Not a lock on the users file either: each writer replaces it by a rename, so a writer
+    that waited on the old file would hold a lock on an inode no one else uses. The folder
+    stays put. Readers take no lock: they see the old file or the new one, whole.
+    """
+    folder = os.path.dirname(path)
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise ConfigError(f"users file {path}: cannot open its folder ({exc.strerror})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
-def _user_record(user: User) -> dict[str, str]:
-    record = {"name": user.name, "password": user.password or "", "ident": user.ident}
-    if user.display_name is not None:
-        record["display_name"] = user.display_name
-    if user.avatar_url is not None:
-        record["avatar_url"] = user.avatar_url
-    if user.email is not None:
-        record["email"] = user.email
+def _user_fields(user: User) -> dict[str, Any]:
+    """The record's fields as add-user sets them (None: the field is left out)."""
+    return {f.name: getattr(user, f.name) for f in dataclasses.fields(User)}
+
+
+def _user_record(user: User) -> dict[str, Any]:
+    record = {key: value for key, value in _user_fields(user).items() if value is not None}
+    record.setdefault("password", "")
     return record
 
 
-def write_atomically(path: str, data: bytes, mode: int = 0o600) -> None:
-    """Replace `path` with `data` so readers see the old or the new file, never half."""
+def _replace_record(old: dict[str, Any], user: User, keep: Collection[str]) -> dict[str, Any]:
+    """The old record with the fields of `user` set (None removes one), except those in `keep`.
+
+    Keys add-user does not know stay as they were.
+    """
+    record = dict(old)
+    for key, value in _user_fields(user).items():
+        if key in keep:
+            continue
+        if value is None:
+            record.pop(key, None)
+        else:
+            record[key] = value
+    return record
+
+
+def _owner_text(uid: int, gid: int) -> str:
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = str(uid)
+    try:
+        group = grp.getgrgid(gid).gr_name
+    except KeyError:
+        group = str(gid)
+    return f"{user}:{group}"
+
+
+def write_atomically(path: str, data: bytes, mode: int = 0o600, owner: tuple[int, int] | None = None) -> None:
+    """Replace `path` with `data` so readers see the old or the new file, never half.
+
+    `owner` (uid, gid) is given to the new file before it takes the old one's place, so a
+    `root:homeserver 0640` users file stays readable by the service after root edits it.
+    """
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".users-", suffix=".tmp", dir=directory)
     try:
@@ -145,6 +198,15 @@ def write_atomically(path: str, data: bytes, mode: int = 0o600) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+            st = os.fstat(fh.fileno())
+        if owner is not None and (st.st_uid, st.st_gid) != owner:
+            try:
+                os.chown(tmp, *owner)  # before chmod: chown clears set-id bits
+            except PermissionError:
+                raise ConfigError(
+                    f"users file {path}: cannot keep its owner {_owner_text(*owner)}; "
+                    "run add-user as root or as that user"
+                ) from None
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
@@ -163,9 +225,10 @@ class FileBackend(UserBackend):
 
     name = "file"
 
-    def __init__(self, path: str, reload_interval: float = 0.0) -> None:
+    def __init__(self, path: str, reload_interval: float = 0.0, check_passwords: bool = True) -> None:
         self.path = path
         self.reload_interval = reload_interval
+        self.check_passwords = check_passwords
         self.users: dict[str, User] = {}
         self.folded: dict[str, str] = {}
         self.emails: dict[str, list[str]] = {}
@@ -181,6 +244,7 @@ class FileBackend(UserBackend):
         return cls(
             path if os.path.isabs(path) else os.path.join(config_dir, path),
             reload_interval=options["reload_interval"],
+            check_passwords=options["check_passwords"],
         )
 
     def _install(self, signature: Signature | None, users: dict[str, User]) -> None:
@@ -192,7 +256,9 @@ class FileBackend(UserBackend):
 
     async def start(self) -> None:
         """Load the file (a start-up error if it is bad), then poll it if configured."""
-        signature, users = await asyncio.get_running_loop().run_in_executor(None, read_versioned, self.path)
+        signature, users = await asyncio.get_running_loop().run_in_executor(
+            None, read_versioned, self.path, self.check_passwords
+        )
         if isinstance(users, ConfigError):
             raise users
         self._install(signature, users)
@@ -218,7 +284,7 @@ class FileBackend(UserBackend):
                 signature = await loop.run_in_executor(None, file_signature, self.path)
                 if signature == self.signature or signature == self._bad_signature:
                     return False
-            signature, users = await loop.run_in_executor(None, read_versioned, self.path)
+            signature, users = await loop.run_in_executor(None, read_versioned, self.path, self.check_passwords)
             if isinstance(users, ConfigError):
                 if force or signature != self._bad_signature:
                     logger.error("users file not reloaded, keeping the %d users loaded before: %s", len(self.users), users)
@@ -246,24 +312,35 @@ class FileBackend(UserBackend):
     async def get_users_by_email(self, address: str) -> list[User]:
         return [self.users[name] for name in self.emails.get(address, [])]
 
-    async def add_user(self, user: User, *, overwrite: bool = False) -> None:
-        with _locked(self.path):
+    async def add_user(self, user: User, *, overwrite: bool = False, keep: Collection[str] = ()) -> bool:
+        # Write where a symlinked users file really lives, not over the link.
+        path = os.path.realpath(self.path)
+        with _locked(path):
             try:
-                with open(self.path, "rb") as fh:
+                with open(path, "rb") as fh:
                     document = json.load(fh)
-                mode = os.stat(self.path).st_mode & 0o777
+                    st: os.stat_result | None = os.fstat(fh.fileno())
             except FileNotFoundError:
-                document, mode = {"users": []}, 0o600
+                document, st = {"users": []}, None
             except ValueError as exc:
-                raise ConfigError(f"users file {self.path}: malformed JSON: {exc}") from None
-            parse_users(document, self.path)  # refuse to build on a broken file
+                raise ConfigError(f"users file {path}: malformed JSON: {exc}") from None
+            # Refuse to build on a broken file; a bad password elsewhere is no reason to
+            # refuse, and replacing that very record is how it gets fixed.
+            parse_users(document, path, check_passwords=False)
             records = document["users"]
-            existing = [i for i, r in enumerate(records) if r["name"] == user.name]
-            if existing and not overwrite:
+            index = next((i for i, r in enumerate(records) if r["name"] == user.name), None)
+            if index is not None and not overwrite:
                 raise UserExists(user.name)
-            if existing:
-                records[existing[0]] = _user_record(user)
-            else:
+            if index is None:
+                missing = [key for key in ("password", "ident") if key in keep]
+                if missing:
+                    raise UserIncomplete(user.name, missing)
                 records.append(_user_record(user))
+            else:
+                records[index] = _replace_record(records[index], user, keep)
             data = json.dumps(document, indent=2, ensure_ascii=False).encode("utf-8") + b"\n"
-            write_atomically(self.path, data, mode)
+            if st is None:
+                write_atomically(path, data, 0o600)
+            else:
+                write_atomically(path, data, st.st_mode & 0o777, owner=(st.st_uid, st.st_gid))
+        return index is not None

@@ -2,26 +2,31 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from typing import Any
+from typing import Any, Collection
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from backends.base import StoreDataError, User, UserBackend, UserExists, canonical_email
+from backends.base import StoreDataError, User, UserBackend, UserExists, UserIncomplete, canonical_email
 from backends.redis_connect import RedisConnection
 
 logger = logging.getLogger(__name__)
 
-# Create or replace the user's hash in one step, so concurrent add-user runs cannot
-# both "win" and an overwrite never leaves fields of the old record behind.
-# KEYS[1] the hash; ARGV[1] "1" to overwrite; ARGV[2..] field, value pairs.
+# Create or replace the user's hash in one step, so concurrent add-user runs cannot both
+# "win". KEYS[1] the hash; ARGV[1] "1" to overwrite; ARGV[2] "1" if the user must exist
+# (its password or ident is kept); ARGV[3] n, then the n fields an overwrite removes;
+# then field, value pairs to set. Other fields of an existing hash stay as they are.
+# Returns 0 (exists, no overwrite), 1 (added), 2 (replaced) or -1 (must exist, does not).
 ADD_USER_SCRIPT = """
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  if ARGV[1] ~= '1' then return 0 end
-  redis.call('DEL', KEYS[1])
-end
-redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+local exists = redis.call('EXISTS', KEYS[1]) == 1
+if exists and ARGV[1] ~= '1' then return 0 end
+if not exists and ARGV[2] == '1' then return -1 end
+local n = tonumber(ARGV[3])
+if exists and n > 0 then redis.call('HDEL', KEYS[1], unpack(ARGV, 4, 3 + n)) end
+if #ARGV > 3 + n then redis.call('HSET', KEYS[1], unpack(ARGV, 4 + n)) end
+if exists then return 2 end
 return 1
 """
 
@@ -112,30 +117,34 @@ class RedisBackend(UserBackend):
                 found.append(user)
         return found
 
-    async def add_user(self, user: User, *, overwrite: bool = False) -> None:
+    async def add_user(self, user: User, *, overwrite: bool = False, keep: Collection[str] = ()) -> bool:
         key = self.key(user.name)
         self.connection.connect()  # the CLI provisions without start()
-        fields = {"password": user.password or "", "ident": user.ident}
-        if user.display_name is not None:
-            fields["display_name"] = user.display_name
-        if user.avatar_url is not None:
-            fields["avatar_url"] = user.avatar_url
-        if user.email is not None:
-            fields["email"] = user.email
-        args = ["1" if overwrite else "0", *(part for pair in fields.items() for part in pair)]
+        # The hash holds every field of User but the name (it is in the key).
+        fields = {f.name: getattr(user, f.name) for f in dataclasses.fields(User) if f.name not in ("name", *keep)}
+        if "password" in fields:
+            fields["password"] = fields["password"] or ""
+        removed = [name for name, value in fields.items() if value is None]
+        pairs = [part for name, value in fields.items() if value is not None for part in (name, value)]
+        must_exist = "1" if {"password", "ident"} & set(keep) else "0"
+        args = ["1" if overwrite else "0", must_exist, str(len(removed)), *removed, *pairs]
         client = self._redis()
         with self.connection.errors(key):
             old_email = await client.hget(key, "email")
-            created = await client.eval(ADD_USER_SCRIPT, 1, key, *args)
-        if not created:
+            outcome = await client.eval(ADD_USER_SCRIPT, 1, key, *args)
+        if outcome == 0:
             raise UserExists(user.name)
-        # The address index lives in other keys (other Cluster slots): kept in separate
-        # steps, which is safe because a lookup checks the hash itself.
-        old = canonical_email(old_email.decode("utf-8", "replace")) if old_email else None
-        new = canonical_email(user.email) if user.email else None
-        with self.connection.errors():
-            if old and old != new:
-                await client.srem(self.email_key_prefix + old, user.name)
-            if new:
-                await client.sadd(self.email_key_prefix + new, user.name)
+        if outcome == -1:
+            raise UserIncomplete(user.name, [k for k in ("password", "ident") if k in keep])
+        if "email" not in keep:
+            # The address index lives in other keys (other Cluster slots): kept in separate
+            # steps, which is safe because a lookup checks the hash itself.
+            old = canonical_email(old_email.decode("utf-8", "replace")) if old_email else None
+            new = canonical_email(user.email) if user.email else None
+            with self.connection.errors():
+                if old and old != new:
+                    await client.srem(self.email_key_prefix + old, user.name)
+                if new:
+                    await client.sadd(self.email_key_prefix + new, user.name)
         logger.info("stored user %r at Redis key %r", user.name, key)
+        return outcome == 2

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import getpass
 import re
 import sys
 from typing import Sequence
 
-from backends.base import User, UserExists, canonical_email
+from backends.base import User, UserExists, UserIncomplete, canonical_email
 from homeserver.cli_sessions import UnknownTarget
 from homeserver.cli_sessions import add_commands as add_session_commands
 from homeserver.config import Config, load_config
-from homeserver.errors import ConfigError, StoreUnavailable
+from homeserver.errors import ConfigError, StoreDataError, StoreUnavailable
 from homeserver.names import MAX_USER_ID_BYTES, user_id
 from homeserver.logs import setup_logging
 from homeserver.passwords import hash_password
@@ -65,42 +66,62 @@ def cmd_hash_password(args: argparse.Namespace) -> int:
     return 0
 
 
+def _given(value: str | None) -> str | None:
+    """An optional field's command-line value: absent (None) stays None; "" removes the field."""
+    return value or None
+
+
 def cmd_add_user(args: argparse.Namespace) -> int:
     from homeserver.context import create_backend
 
     if not NAME_RE.fullmatch(args.name):
         raise CommandError(f"invalid name {args.name!r}: use only a-z, 0-9 and . _ = - / +")
-    if not args.ident:
+    if args.ident == "":
         raise CommandError("--ident must not be empty")
-    if args.email is not None and canonical_email(args.email) is None:
+    if not args.overwrite:
+        if args.ident is None:
+            raise CommandError("--ident is needed for a new user")
+        if args.keep_password:
+            raise CommandError("--keep-password only goes with --overwrite")
+    if args.email and canonical_email(args.email) is None:
         raise CommandError(f"--email {args.email!r} is not an e-mail address")
     config = load_config(args.config)
-    if len(user_id(args.name, config.get("server", "server_name")).encode()) > MAX_USER_ID_BYTES:
+    server_name = config.get("server", "server_name")
+    if len(user_id(args.name, server_name).encode()) > MAX_USER_ID_BYTES:
         raise CommandError(f"the user ID would be longer than {MAX_USER_ID_BYTES} bytes")
-    password = hash_password(read_password(), args.rounds or config.get("auth", "bcrypt_rounds"))
+    given = {"ident": args.ident, "display_name": args.display_name, "avatar_url": args.avatar_url, "email": args.email}
+    # With --overwrite, every field not given stays as stored, those of User this command
+    # has no option for included.
+    keep = [f.name for f in dataclasses.fields(User) if f.name not in ("name", "password") and given.get(f.name) is None]
+    password = None
+    if args.keep_password:
+        keep.append("password")
+    else:
+        password = hash_password(read_password(), args.rounds or config.get("auth", "bcrypt_rounds"))
     user = User(
         name=args.name,
         password=password,
-        ident=args.ident,
-        display_name=args.display_name,
-        avatar_url=args.avatar_url,
-        email=args.email,
+        ident=args.ident or "",
+        **{name: _given(value) for name, value in given.items() if name != "ident"},
     )
 
-    async def add() -> None:
+    async def add() -> bool:
         backend = create_backend(config)
         try:
-            await backend.add_user(user, overwrite=args.overwrite)
+            return await backend.add_user(user, overwrite=args.overwrite, keep=keep)
         finally:
             await backend.close()
 
     try:
-        asyncio.run(add())
+        replaced = asyncio.run(add())
     except UserExists:
         raise CommandError(f"user {args.name!r} exists already (use --overwrite to replace it)") from None
+    except UserIncomplete as exc:
+        needed = " and ".join("a password" if f == "password" else "--ident" for f in exc.fields)
+        raise CommandError(f"user {args.name!r} does not exist; adding it needs {needed}") from None
     except NotImplementedError as exc:
         raise CommandError(f"{exc}; add users with your directory's own tools") from None
-    print(f"added {user_id(args.name, config.get('server', 'server_name'))}")
+    print(f"{'replaced' if replaced else 'added'} {user_id(args.name, server_name)}")
     return 0
 
 
@@ -130,11 +151,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     au = command("add-user", "read a password on stdin and add the user to the configured backend")
     au.add_argument("name", help="account name (the localpart of the user ID)")
-    au.add_argument("--ident", required=True, help="identifier text appended to the display name")
-    au.add_argument("--display-name", help="display name")
-    au.add_argument("--avatar-url", help="avatar URL (mxc://...)")
-    au.add_argument("--email", help="an e-mail address the user may also log in with")
-    au.add_argument("--overwrite", action="store_true", help="replace an existing user of that name")
+    au.add_argument("--ident", help="identifier text appended to the display name (needed for a new user)")
+    au.add_argument("--display-name", help='display name ("" removes it)')
+    au.add_argument("--avatar-url", help='avatar URL, mxc://... ("" removes it)')
+    au.add_argument("--email", help='an e-mail address the user may also log in with ("" removes it)')
+    au.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing user: the fields given change, the others stay as stored",
+    )
+    au.add_argument(
+        "--keep-password", action="store_true", help="with --overwrite: keep the stored password (none is read)"
+    )
     au.add_argument("--rounds", type=int, choices=range(4, 32), metavar="4..31", help="bcrypt cost")
     au.set_defaults(func=cmd_add_user)
     add_session_commands(command)
@@ -150,6 +178,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except StoreUnavailable as exc:
         print(f"homeserver: error: user store unavailable: {exc}", file=sys.stderr)
+        return 1
+    except StoreDataError as exc:
+        print(f"homeserver: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -133,6 +133,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "path": Field("str", "users.json", _non_empty),
         # Seconds between checks of the file for changes; 0 turns polling off (SIGHUP still reloads).
         "reload_interval": Field("float", 5.0, _range(0)),
+        # A password that is not the hex text of a bcrypt hash stops start-up (naming the
+        # record); false loads it, and its logins answer 500 as with Redis and LDAP.
+        "check_passwords": Field("bool", True),
     },
     "backend.redis": {
         **_redis_fields("homeserver:user:"),

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 from backends.base import User
+from backends.hashes import stored_password_problem
 from homeserver.errors import MatrixError
 from homeserver.login_request import LoginRequest, parse_login
 from homeserver.names import user_id
-from homeserver.passwords import HashDecodeError, Overloaded, PasswordChecker, decode_stored
+from homeserver.passwords import HashDecodeError, Overloaded, PasswordChecker
 from homeserver.ratelimit import LoginLimits
 from homeserver.sessions import Sessions
 from homeserver.tokens import TokenIssuer
@@ -37,8 +38,8 @@ def _make_token(tokens: TokenIssuer, name: str, device_id: str) -> str:
         raise MatrixError(403, "M_UNKNOWN", "Access Token generation failed") from None
 
 
-def _decoding_failed(user: User, why: str) -> MatrixError:
-    logger.error("operator error: stored password of user %r cannot be used: %s", user.name, why)
+def _decoding_failed(users: Users, user: User, why: str) -> MatrixError:
+    users.report_unusable_password(user, why)
     return MatrixError(500, "M_UNKNOWN", "Password hash decoding failed")
 
 
@@ -47,18 +48,18 @@ async def check_password(users: Users, checker: PasswordChecker, user: User, pas
     verdict = await users.verify_password(user, password)
     if verdict is not None:
         return verdict
-    # Rule 4: the stored text is the hex form of the bcrypt hash.
-    if user.password is None:
-        raise _decoding_failed(user, "no password stored")
-    try:
-        hashed = decode_stored(user.password)
-    except HashDecodeError as exc:
-        raise _decoding_failed(user, str(exc)) from None
+    # Rule 4: the stored text is the hex form of the bcrypt hash. One that is not (not
+    # hex, or hex of something else) fails here, before it costs a password check.
+    stored = user.password
+    problem = "no password stored" if stored is None else stored_password_problem(stored)
+    if stored is None or problem is not None:
+        raise _decoding_failed(users, user, problem or "no password stored")
+    hashed = bytes.fromhex(stored)
     # Rule 5: bcrypt, on the password pool, never on the event loop.
     try:
         return await checker.check(password, hashed)
     except HashDecodeError as exc:
-        raise _decoding_failed(user, str(exc)) from None
+        raise _decoding_failed(users, user, str(exc)) from None
     except Overloaded:
         raise MatrixError(
             429,

@@ -10,15 +10,15 @@ import socket
 from typing import Any, Coroutine
 
 from tornado.httpserver import HTTPServer
-from tornado.netutil import bind_sockets
 
 from homeserver.app import make_app, make_metrics_app
 from homeserver.config import Config
 from homeserver.context import HomeServer, build_homeserver, create_backend, create_session_store
 from homeserver.drain import InFlight
 from homeserver.errors import ConfigError
+from homeserver.listen import Listeners, bind_listeners
 from homeserver.tokens import load_secret
-from homeserver.workers import EXIT_CONFIG, run_workers
+from homeserver.workers import EXIT_CONFIG, run_workers, watch_parent
 
 logger = logging.getLogger(__name__)
 
@@ -46,22 +46,25 @@ def run(config: Config) -> int:
     """Serve until stopped; with `[server] processes` > 1, as that many forked workers."""
     server_cfg = config.section("server")
     processes = server_cfg["processes"]
+    # Bind first: a taken port or a bad host stops start-up with one line.
+    listeners = bind_listeners(config)
     if processes == 1:
-        run_event_loop(serve(config), server_cfg["event_loop"])
+        run_event_loop(serve(config, listeners), server_cfg["event_loop"])
         return 0
     # Load the users once here, before the secret and the fork, so a broken store fails
     # start-up cleanly as with one process. The probe's connections are closed before
     # the fork: each worker opens its own.
     asyncio.run(probe_backend(config))
-    sockets = bind_sockets(server_cfg["port"], server_cfg["host"])
-    log_listening(sockets, f"{processes} worker processes")
+    log_listening(listeners.main, f"{processes} worker processes")
     # Make (or check) the signing secret once, so the workers do not race to create it.
     load_secret(config)
+
+    parent = os.getpid()
 
     def worker(index: int) -> int:
         try:
             # Each worker makes its own loop after the fork.
-            run_event_loop(serve(config, sockets=sockets, worker=index), server_cfg["event_loop"])
+            run_event_loop(serve(config, listeners, worker=index, parent=parent), server_cfg["event_loop"])
         except ConfigError as exc:
             logger.error("worker %d: %s", index, exc)
             return EXIT_CONFIG
@@ -95,8 +98,11 @@ def log_listening(sockets: list[socket.socket], what: str) -> None:
     logger.info("listening on %s (%s)", ", ".join(addresses), what)
 
 
-async def serve(config: Config, sockets: list[socket.socket] | None = None, worker: int = 0) -> None:
-    """Start the backend (in this process: after any fork), listen, and stop cleanly on a signal."""
+async def serve(config: Config, listeners: Listeners, worker: int | None = None, parent: int | None = None) -> None:
+    """Start the backend (in this process: after any fork), listen, and stop cleanly on a signal.
+
+    A worker (`worker` its index) also stops when its `parent` process is gone.
+    """
     # Load the users before anything else, so a broken store fails start-up cleanly.
     backend = create_backend(config)
     await backend.start()
@@ -123,20 +129,22 @@ async def serve(config: Config, sockets: list[socket.socket] | None = None, work
         idle_connection_timeout=server_cfg["idle_timeout"],
         body_timeout=server_cfg["body_timeout"],
     )
-    if sockets is None:
-        sockets = bind_sockets(server_cfg["port"], server_cfg["host"])
-        log_listening(sockets, f"backend {hs.backend.name}")
+    if worker is None:
+        log_listening(listeners.main, f"backend {hs.backend.name}")
     else:
         logger.info("worker %d (pid %d) serving (backend %s)", worker, os.getpid(), hs.backend.name)
-    server.add_sockets(sockets)
-    metrics_server = start_metrics_server(hs, worker)
+    server.add_sockets(listeners.main)
+    metrics_server = start_metrics_server(hs, listeners.metrics.get(worker or 0))
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(reload_users(hs)))
+    orphan_watch = asyncio.ensure_future(watch_parent(parent, stop.set)) if parent is not None else None
     await stop.wait()
+    if orphan_watch is not None:
+        orphan_watch.cancel()
     # A second SIGTERM/SIGINT (Ctrl-C again) cuts the drain short.
     hurry = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -151,15 +159,14 @@ async def reload_users(hs: HomeServer) -> None:
         logger.info("SIGHUP: nothing reloaded (backend %s)", hs.backend.name)
 
 
-def start_metrics_server(hs: HomeServer, worker: int) -> HTTPServer | None:
-    """Serve /metrics on `[metrics] port` (+ the worker's index) when configured."""
-    port = hs.config.get("metrics", "port")
-    if hs.metrics is None or not port:
+def start_metrics_server(hs: HomeServer, sockets: list[socket.socket] | None) -> HTTPServer | None:
+    """Serve /metrics on this worker's `[metrics] port` (+ its index) sockets, when bound."""
+    if hs.metrics is None or not sockets:
         return None
-    host = hs.config.get("metrics", "host")
     server = HTTPServer(make_metrics_app(hs), idle_connection_timeout=60)
-    server.listen(port + worker, host)
-    logger.info("metrics on %s:%d/metrics", host, port + worker)
+    server.add_sockets(sockets)
+    for address in sorted({s.getsockname()[:2] for s in sockets}):
+        logger.info("metrics on %s:%d/metrics", *address)
     return server
 
 

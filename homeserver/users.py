@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+
 from backends.base import User, UserBackend, canonical_email
 from homeserver.names import possible_name
+
+logger = logging.getLogger(__name__)
+
+# Reported unusable passwords remembered at most; past this the memory starts afresh.
+MAX_REPORTED = 10_000
 
 
 class Users:
@@ -11,6 +18,7 @@ class Users:
 
     def __init__(self, backend: UserBackend) -> None:
         self.backend = backend
+        self._reported: set[tuple[str, str | None]] = set()
 
     async def get(self, name: str, *, case_insensitive: bool = False) -> User | None:
         """Return the user named `name` (exactly, or by the backend's case-insensitive rule)."""
@@ -29,3 +37,19 @@ class Users:
     async def verify_password(self, user: User, password: str) -> bool | None:
         """Let a backend that checks passwords itself (LDAP bind) answer; None otherwise."""
         return await self.backend.verify_password(user, password)
+
+    def report_unusable_password(self, user: User, why: str) -> None:
+        """Log an operator error for a stored password that cannot be used, once per user and value.
+
+        Not once per login: a client retrying would fill the log. A changed stored value is
+        reported again.
+        """
+        key = (user.name, user.password)
+        if key in self._reported:
+            return
+        if len(self._reported) >= MAX_REPORTED:
+            self._reported.clear()
+        self._reported.add(key)
+        logger.error(
+            "operator error: stored password of user %r cannot be used (its logins answer 500): %s", user.name, why
+        )

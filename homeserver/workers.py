@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import ctypes
 import logging
 import os
 import signal
+import sys
 import time
 from typing import Callable
 
@@ -20,8 +23,41 @@ RESTART_WINDOW = 30.0
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
+# prctl(2) option: the signal this process gets when its parent dies.
+PR_SET_PDEATHSIG = 1
+
+
 def _exit_cleanly(signum: int, frame: object) -> None:
     raise SystemExit(0)
+
+
+def die_with_parent(parent: int) -> bool:
+    """Have Linux send this worker SIGTERM (a graceful stop) when `parent` dies.
+
+    So a `kill -9` of the parent leaves no orphans holding the port. True if set;
+    elsewhere (or if refused) `watch_parent` alone notices, within its interval.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+            logger.debug("prctl(PR_SET_PDEATHSIG) failed: %s", os.strerror(ctypes.get_errno()))
+            return False
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
+async def watch_parent(parent: int, on_gone: Callable[[], None], interval: float = 1.0) -> None:
+    """Call `on_gone` once this process is no longer `parent`'s child (it died; we were re-parented).
+
+    The portable fallback to PR_SET_PDEATHSIG, and a second line of defence on Linux.
+    """
+    while os.getppid() == parent:
+        await asyncio.sleep(interval)
+    logger.warning("parent process %d is gone; stopping", parent)
+    on_gone()
 
 
 def run_workers(count: int, target: Callable[[int], int]) -> int:
@@ -33,6 +69,7 @@ def run_workers(count: int, target: Callable[[int], int]) -> int:
     dies on its own is restarted, within limits.
     """
     children: dict[int, int] = {}
+    parent = os.getpid()
     stopping = False
     restarts: collections.deque[float] = collections.deque()
 
@@ -50,7 +87,10 @@ def run_workers(count: int, target: Callable[[int], int]) -> int:
                     signal.signal(signal.SIGTERM, _exit_cleanly)
                     signal.signal(signal.SIGINT, signal.default_int_handler)
                     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the worker handles it
+                    die_with_parent(parent)
                     signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+                    if os.getppid() != parent:  # it died before prctl() took effect
+                        raise SystemExit(0)
                     code = target(index)
                 except KeyboardInterrupt:
                     code = 0

@@ -109,6 +109,18 @@ class BaseHandler(RequestHandler):
         self.set_status(204)
         self.finish()
 
+    async def head(self, *args: Any, **kwargs: Any) -> None:
+        """HEAD wherever GET is answered (load balancers probe /health with it).
+
+        The GET runs as is: same status, same headers, Content-Length of the body it
+        would send; Tornado writes no body for a HEAD request. No GET here: 405.
+        """
+        if type(self).get is RequestHandler.get:
+            raise HTTPError(405)
+        result = self.get(*args, **kwargs)
+        if result is not None:
+            await result
+
     def write_json(self, value: Any, status: int = 200) -> None:
         self.set_status(status)
         self.finish(encode_json(value))
@@ -146,6 +158,12 @@ class BaseHandler(RequestHandler):
         return MatrixError(500, "M_UNKNOWN", "Internal server error")
 
     def log_exception(self, typ: Any, value: BaseException | None, tb: Any) -> None:
+        if self._finished and self.hs.inflight.draining:
+            # The drain timeout answered this request 503 (homeserver.drain), then the
+            # shutdown closed what it was waiting for (a queued password check is
+            # cancelled, a store connection closed): expected, and already answered.
+            logger.debug("%s %s cut off by the shutdown: %r", self.request.method, self.request.path, value)
+            return
         if isinstance(value, MatrixError):
             if value.status >= 500:
                 logger.error("%s %s: %s", self.request.method, self.request.path, value)

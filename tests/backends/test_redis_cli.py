@@ -53,15 +53,36 @@ def test_add_user_writes_the_hash(store, add_user, capsys):
 
 
 def test_add_user_refuses_a_duplicate_unless_overwrite(store, add_user, capsys):
-    assert add_user("carol", "one", "--ident", "a", "--display-name", "Carol") == 0
+    assert add_user("carol", "one", "--ident", "a", "--display-name", "Carol", "--avatar-url", "mxc://x/c") == 0
     assert add_user("carol", "two", "--ident", "b") == 1
     assert "exists already" in capsys.readouterr().err
     assert store.get("carol")["ident"] == "a"
     assert add_user("carol", "two", "--ident", "b", "--overwrite") == 0
+    assert capsys.readouterr().out == "replaced @carol:localhost\n"
     stored = store.get("carol")
-    # The record is replaced whole: no display name left over from the old one.
-    assert set(stored) == {"password", "ident"} and stored["ident"] == "b"
+    # What was given changed; the display name and avatar, not given, stayed.
+    assert (stored["ident"], stored["display_name"], stored["avatar_url"]) == ("b", "Carol", "mxc://x/c")
     assert bcrypt.checkpw(b"two", bytes.fromhex(stored["password"]))
+
+
+def test_overwrite_removes_an_empty_value_and_can_keep_the_password(store, add_user, capsys):
+    assert add_user("carol", "one", "--ident", "a", "--display-name", "Carol", "--avatar-url", "mxc://x/c") == 0
+    store.client.hset(store.prefix + "carol", "some_later_field", "x")  # a field add-user knows nothing of
+    before = store.get("carol")["password"]
+    assert add_user("carol", "", "--overwrite", "--keep-password", "--display-name", "", "--avatar-url", "mxc://x/d") == 0
+    assert store.get("carol") == {
+        "password": before, "ident": "a", "avatar_url": "mxc://x/d", "some_later_field": "x"
+    }
+
+
+def test_overwrite_of_a_missing_user_needs_ident_and_password(store, add_user, capsys):
+    assert add_user("dora", "", "--overwrite", "--keep-password", "--ident", "d") == 1
+    assert capsys.readouterr().err == "homeserver: error: user 'dora' does not exist; adding it needs a password\n"
+    assert add_user("dora", "pw", "--overwrite") == 1
+    assert capsys.readouterr().err == "homeserver: error: user 'dora' does not exist; adding it needs --ident\n"
+    assert store.get("dora") == {}
+    assert add_user("dora", "pw", "--overwrite", "--ident", "d") == 0
+    assert capsys.readouterr().out == "added @dora:localhost\n"
 
 
 def test_add_user_refuses_an_existing_user_from_the_fixtures(store, add_user, capsys):
@@ -102,3 +123,13 @@ def test_add_user_keeps_the_email_index(store, add_user, capsys):
     assert store.client.smembers(store.email_prefix + "c2@example.org") == {b"carol"}
     assert add_user("dan", "pw", "--ident", "d", "--email", "not-an-address") == 1
     assert "is not an e-mail address" in capsys.readouterr().err
+
+
+def test_overwrite_keeps_the_email_and_its_index_unless_told(store, add_user, capsys):
+    assert add_user("carol", "pw", "--ident", "c", "--email", "carol@example.org") == 0
+    index = store.email_prefix + "carol@example.org"
+    assert add_user("carol", "pw2", "--overwrite", "--display-name", "Carol") == 0
+    assert store.get("carol")["email"] == "carol@example.org"
+    assert store.client.smembers(index) == {b"carol"}
+    assert add_user("carol", "", "--overwrite", "--keep-password", "--email", "") == 0
+    assert "email" not in store.get("carol") and store.client.smembers(index) == set()

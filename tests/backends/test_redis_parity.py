@@ -34,7 +34,9 @@ def user_records():
 def config_overrides(request):
     """Every test here runs on the file backend and on Redis: they must answer alike."""
     if request.param == "file":
-        return {}
+        # Load the records with unusable passwords (by default a start-up error), so the
+        # file backend answers their logins as Redis does.
+        return {"backend.file": {"check_passwords": False}}
     return redis_overrides(request.getfixturevalue("store"))
 
 
@@ -96,3 +98,13 @@ async def test_case_insensitive_login_uses_the_stored_name(fetch, login):
 async def test_profile_not_found(fetch, path):
     assert_error(await fetch(PROFILE + path), 404, "M_NOT_FOUND", "Profile not found")
 
+
+
+async def test_an_unusable_stored_password_is_logged_once_per_user(fetch, caplog):
+    for name in ("badhex", "notbcrypt", "badhex", "notbcrypt", "badhex"):
+        resp = await fetch(LOGIN, "POST", json_body=login_body(name, "secret"))
+        assert_error(resp, 500, "M_UNKNOWN", "Password hash decoding failed")
+    reports = [r.getMessage() for r in caplog.records if "operator error" in r.getMessage()]
+    assert len(reports) == 2, reports
+    assert "'badhex'" in reports[0] and "it is not hex text" in reports[0]
+    assert "'notbcrypt'" in reports[1] and "not of a bcrypt hash" in reports[1]

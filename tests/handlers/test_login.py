@@ -68,6 +68,12 @@ async def test_rule_3_unknown_user(fetch):
 
 
 @pytest.fixture
+def config(make_config, config_overrides):
+    """The test's config, loading records with unusable passwords (rule 4) as Redis or LDAP serve them."""
+    return make_config({**config_overrides, "backend.file": {"check_passwords": False}})
+
+
+@pytest.fixture
 def user_records():
     return [
         *[dict(r) for r in DEFAULT_USERS],

@@ -1,0 +1,30 @@
+"""The stored password's one form, the same in every store: the hex text of a bcrypt hash."""
+
+from __future__ import annotations
+
+import binascii
+import re
+
+# What bcrypt.checkpw can ever match: a known variant, a cost of 04 to 31, and 53 characters
+# of salt and digest. bcrypt itself takes some malformed hashes (a truncated digest, say)
+# and then answers "no" to every password; such a hash is unusable all the same.
+BCRYPT_HASH = re.compile(r"\$2[abxy]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
+
+
+def stored_password_problem(text: str) -> str | None:
+    """Say why `text` cannot be a stored password (hex text of a bcrypt hash); None if it can."""
+    if not text:
+        return "it is empty"
+    if BCRYPT_HASH.fullmatch(text):
+        return "it is a bcrypt hash as plain text, not its hex text (store what `run.py hash-password` prints)"
+    try:
+        raw = binascii.a2b_hex(text)  # unlike bytes.fromhex, no spaces between the pairs
+    except (binascii.Error, ValueError):
+        return "it is not hex text"
+    try:
+        decoded = raw.decode("ascii")
+    except UnicodeDecodeError:
+        decoded = ""
+    if not BCRYPT_HASH.fullmatch(decoded):
+        return "it is hex text, but not of a bcrypt hash"
+    return None
