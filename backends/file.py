@@ -17,7 +17,7 @@ from typing import Any, Collection, Iterator
 from tornado.ioloop import PeriodicCallback
 
 from backends.base import ConfigError, User, UserBackend, UserExists, UserIncomplete, canonical_email
-from backends.hashes import stored_password_problem
+from backends.hashes import operator_mistake
 
 logger = logging.getLogger(__name__)
 
@@ -28,8 +28,10 @@ OPTIONAL = ("display_name", "avatar_url", "email")
 def parse_users(document: Any, source: str, *, check_passwords: bool = True) -> dict[str, User]:
     """Validate a `{"users": [...]}` document into {name: User}; ConfigError names the record.
 
-    With `check_passwords`, a password that is not the hex text of a bcrypt hash is such
-    an error too, so it stops start-up instead of failing every login of that user.
+    With `check_passwords`, a password that is plainly an operator's slip (a bcrypt hash
+    as plain text, or hex of something that is no bcrypt hash) is such an error too, so
+    it stops start-up instead of failing every login of that user. Text that is not hex
+    at all loads, and its logins answer the specification's rule 4.
     """
     if not isinstance(document, dict) or not isinstance(document.get("users"), list):
         raise ConfigError(f"users file {source}: expected an object with a \"users\" list")
@@ -50,7 +52,7 @@ def parse_users(document: Any, source: str, *, check_passwords: bool = True) -> 
                 raise ConfigError(f"{where}: field {key!r} must be a string")
         if record["name"] in users:
             raise ConfigError(f"{where}: duplicate name")
-        problem = stored_password_problem(record["password"]) if check_passwords else None
+        problem = operator_mistake(record["password"]) if check_passwords else None
         if problem is not None:
             raise ConfigError(f"{where}: field 'password' cannot be used: {problem}")
         users[record["name"]] = User(
