@@ -15,6 +15,7 @@ from homeserver.app import make_app
 from homeserver.context import build_homeserver, create_backend, create_session_store
 from homeserver.config import Config, build_config
 from tests.helpers import DEFAULT_USERS, JWT_SECRET, TEST_ROUNDS, Response, assert_json
+from tests.servers import ServerProcess
 
 Fetch = Callable[..., Awaitable[Response]]
 
@@ -139,3 +140,25 @@ def login(fetch) -> Callable[..., Awaitable[dict[str, Any]]]:
         return assert_json(await fetch("/_matrix/client/v3/login", "POST", json_body=body))
 
     return do
+
+
+@pytest.fixture
+def start(tmp_path):
+    """start(processes=1, **server) -> a `run.py` ServerProcess in tmp_path, killed afterwards."""
+    servers: list[ServerProcess] = []
+
+    def do(processes: int = 1, _extra: str = "", **server: object) -> ServerProcess:
+        servers.append(ServerProcess(tmp_path, processes, _extra, **server))
+        return servers[-1]
+
+    yield do
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def conf(tmp_path):
+    """A config for the command line: the file backend in tmp_path, cheap bcrypt."""
+    path = tmp_path / "hs.toml"
+    path.write_text('[auth]\nbcrypt_rounds = 4\n[backend.file]\npath = "users.json"\n')
+    return path

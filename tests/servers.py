@@ -6,11 +6,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 from tests.backends.redis_servers import free_port, wait_until
+from tests.helpers import DEFAULT_USERS, JWT_SECRET
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOGIN = "/_matrix/client/v3/login"
@@ -48,8 +51,6 @@ def run_py(*args: str, env: dict[str, str] | None = None, stdin: str = "") -> su
 def write_config(folder: Any, extra: str = "") -> str:
     """A config in `folder` on the file backend (the test users) and its default SQLite
     session store, plus `extra` TOML; its path."""
-    from tests.helpers import DEFAULT_USERS, JWT_SECRET
-
     (folder / "users.json").write_text(json.dumps({"users": DEFAULT_USERS}))
     path = folder / "homeserver.toml"
     path.write_text(
@@ -82,3 +83,70 @@ class Server:
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait(10)
+
+
+class ServerProcess:
+    """`python run.py --config ...` on a port of its own choosing, read from its log."""
+
+    def __init__(self, tmp_path: Path, processes: int = 1, _extra: str = "", **server: object) -> None:
+        self.users = tmp_path / "users.json"
+        self.users.write_text(json.dumps({"users": DEFAULT_USERS}))
+        lines = [
+            "[server]",
+            'host = "127.0.0.1"',
+            "port = 0",
+            f"processes = {processes}",
+            *(f"{key} = {json.dumps(value)}" for key, value in server.items()),
+            "[auth]",
+            f'jwt_secret = "{JWT_SECRET}"',
+            "[backend.file]",
+            'path = "users.json"',
+            "reload_interval = 0",
+            "[rate_limit]",
+            "enabled = false",
+        ]
+        config = tmp_path / "homeserver.toml"
+        config.write_text("\n".join(lines) + "\n" + _extra)
+        self.log = tmp_path / "server.log"
+        self.log_file = open(self.log, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "run.py", "--config", str(config)],
+            cwd=ROOT,
+            stdout=self.log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        self.port = self._wait_for_port()
+
+    def _wait_for_port(self, timeout: float = 20.0) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.log.read_text(errors="replace")
+            for line in text.splitlines():
+                if "listening on 127.0.0.1:" in line:
+                    return int(line.split("listening on 127.0.0.1:")[1].split()[0])
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"server did not start:\n{self.log.read_text(errors='replace')}")
+
+    def request(self, path: str, body: dict | None = None, timeout: float = 20.0) -> tuple[int, dict]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    def wait_log(self, text: str, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.log.read_text(errors="replace"):
+            assert time.monotonic() < deadline, f"{text!r} not logged:\n{self.log.read_text(errors='replace')}"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.log_file.close()

@@ -23,13 +23,6 @@ def run(*args, stdin="", cwd=ROOT, env=None, timeout=60):
     )
 
 
-@pytest.fixture
-def conf(tmp_path):
-    path = tmp_path / "hs.toml"
-    path.write_text('[auth]\nbcrypt_rounds = 4\n[backend.file]\npath = "users.json"\n')
-    return path
-
-
 def test_hash_password_prints_hex_of_a_bcrypt_hash(conf):
     result = run("hash-password", "--config", str(conf), stdin="s3cret\n")
     assert result.returncode == 0, result.stderr

@@ -9,18 +9,18 @@ import stat
 import bcrypt
 import pytest
 
-from tests.test_cli import conf, run  # noqa: F401  (the `conf` fixture)
+from tests.test_cli import run
 
 
 def users(tmp_path):
     return {u["name"]: u for u in json.loads((tmp_path / "users.json").read_text())["users"]}
 
 
-def add(conf, *args, password="pw\n"):  # noqa: F811
+def add(conf, *args, password="pw\n"):
     return run("add-user", *args, "--config", str(conf), stdin=password)
 
 
-def test_overwrite_changes_what_is_given_and_keeps_the_rest(conf, tmp_path):  # noqa: F811
+def test_overwrite_changes_what_is_given_and_keeps_the_rest(conf, tmp_path):
     assert add(conf, "ann", "--ident", " (a)", "--display-name", "Ann", "--avatar-url", "mxc://x/a").stdout == (
         "added @ann:localhost\n"
     )
@@ -31,7 +31,7 @@ def test_overwrite_changes_what_is_given_and_keeps_the_rest(conf, tmp_path):  # 
     assert bcrypt.checkpw(b"new", bytes.fromhex(ann["password"]))
 
 
-def test_overwrite_keeps_the_email_unless_told(conf, tmp_path):  # noqa: F811
+def test_overwrite_keeps_the_email_unless_told(conf, tmp_path):
     add(conf, "ann", "--ident", " (a)", "--email", "ann@example.org")
     add(conf, "ann", "--overwrite", "--display-name", "Ann")
     assert users(tmp_path)["ann"]["email"] == "ann@example.org"
@@ -39,7 +39,7 @@ def test_overwrite_keeps_the_email_unless_told(conf, tmp_path):  # noqa: F811
     assert "email" not in users(tmp_path)["ann"]
 
 
-def test_an_empty_value_removes_the_field_and_keep_password_reads_none(conf, tmp_path):  # noqa: F811
+def test_an_empty_value_removes_the_field_and_keep_password_reads_none(conf, tmp_path):
     add(conf, "ann", "--ident", " (a)", "--display-name", "Ann", "--avatar-url", "mxc://x/a")
     before = users(tmp_path)["ann"]["password"]
     result = add(conf, "ann", "--overwrite", "--keep-password", "--avatar-url", "", password="")
@@ -57,14 +57,14 @@ def test_an_empty_value_removes_the_field_and_keep_password_reads_none(conf, tmp
         (["--ident", ""], "--ident must not be empty"),
     ],
 )
-def test_incomplete_new_users_are_one_line_errors(conf, tmp_path, args, message):  # noqa: F811
+def test_incomplete_new_users_are_one_line_errors(conf, tmp_path, args, message):
     result = add(conf, "zed", *args)
     assert (result.returncode, result.stderr) == (1, f"homeserver: error: {message}\n")
     assert not (tmp_path / "users.json").exists() or "zed" not in users(tmp_path)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="run as root to check that root keeps another owner")
-def test_as_root_the_users_file_keeps_owner_group_and_mode_and_no_lock_file(conf, tmp_path):  # noqa: F811
+def test_as_root_the_users_file_keeps_owner_group_and_mode_and_no_lock_file(conf, tmp_path):
     path = tmp_path / "users.json"
     path.write_text('{"users": []}')
     os.chown(path, 0, 65534)  # root:<service group> 0640, readable by the service only through its group

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from homeserver import workers
-from tests.test_shutdown import ROOT, start  # noqa: F401  (the `start` fixture)
+from tests.servers import ROOT
 
 
 def gone(pid: int) -> bool:
@@ -38,7 +38,7 @@ def port_is_free(port: int) -> bool:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_workers_exit_when_the_parent_is_killed(start):  # noqa: F811
+def test_workers_exit_when_the_parent_is_killed(start):
     server = start(processes=2)
     deadline = time.monotonic() + 20
     while server.log.read_text().count(") serving") < 2:

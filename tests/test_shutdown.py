@@ -17,89 +17,9 @@ from pathlib import Path
 import pytest
 
 from backends.file import write_atomically
-from tests.helpers import DEFAULT_USERS, JWT_SECRET, record
+from tests.helpers import JWT_SECRET, record
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-class ServerProcess:
-    """`python run.py --config ...` on a port of its own choosing, read from its log."""
-
-    def __init__(self, tmp_path: Path, processes: int = 1, _extra: str = "", **server: object) -> None:
-        self.users = tmp_path / "users.json"
-        self.users.write_text(json.dumps({"users": DEFAULT_USERS}))
-        lines = [
-            "[server]",
-            'host = "127.0.0.1"',
-            "port = 0",
-            f"processes = {processes}",
-            *(f"{key} = {json.dumps(value)}" for key, value in server.items()),
-            "[auth]",
-            f'jwt_secret = "{JWT_SECRET}"',
-            "[backend.file]",
-            'path = "users.json"',
-            "reload_interval = 0",
-            "[rate_limit]",
-            "enabled = false",
-        ]
-        config = tmp_path / "homeserver.toml"
-        config.write_text("\n".join(lines) + "\n" + _extra)
-        self.log = tmp_path / "server.log"
-        self.log_file = open(self.log, "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "run.py"), "--config", str(config)],
-            cwd=ROOT,
-            stdout=self.log_file,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        self.port = self._wait_for_port()
-
-    def _wait_for_port(self, timeout: float = 20.0) -> int:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            text = self.log.read_text(errors="replace")
-            for line in text.splitlines():
-                if "listening on 127.0.0.1:" in line:
-                    return int(line.split("listening on 127.0.0.1:")[1].split()[0])
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise AssertionError(f"server did not start:\n{self.log.read_text(errors='replace')}")
-
-    def request(self, path: str, body: dict | None = None, timeout: float = 20.0) -> tuple[int, dict]:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data)
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                return resp.status, json.loads(resp.read())
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read())
-
-    def wait_log(self, text: str, timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        while text not in self.log.read_text(errors="replace"):
-            assert time.monotonic() < deadline, f"{text!r} not logged:\n{self.log.read_text(errors='replace')}"
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.log_file.close()
-
-
-@pytest.fixture
-def start(tmp_path):
-    servers: list[ServerProcess] = []
-
-    def do(processes: int = 1, _extra: str = "", **server: object) -> ServerProcess:
-        servers.append(ServerProcess(tmp_path, processes, _extra, **server))
-        return servers[-1]
-
-    yield do
-    for server in servers:
-        server.stop()
 
 
 LOGIN_BODY = json.dumps({"identifier": {"user": "alice"}, "password": "wonderland"}).encode()
@@ -299,3 +219,27 @@ def test_processes_flag_overrides_config(tmp_path, argv):
     config.write_text("[server]\nprocesses = 1\n")
     args = build_parser().parse_args(["--config", str(config), *argv])
     assert _config(args).get("server", "processes") == 3
+
+
+# bcrypt at cost 15 ("pw"): about two seconds a check here, so the first login is still
+# hashing, and the second queued behind it, when the drain times out.
+SLOW_HASH = b"$2b$15$1hiUV/EPOsYXG4ujGcfjZePhMg6cRVOTe4XQxKQfoniSyTq9Jg/TC".hex()
+LOGIN = {"identifier": {"user": "slow"}, "password": "pw"}
+
+
+def test_drain_timeout_cuts_off_logins_without_tracebacks(start, monkeypatch):
+    monkeypatch.setenv("HOMESERVER_AUTH__BCRYPT_WORKERS", "1")  # one check at a time: the second waits
+    server = start(drain_timeout=0.2)
+    server.users.write_text(json.dumps({"users": [{"name": "slow", "password": SLOW_HASH, "ident": "-s"}]}))
+    server.proc.send_signal(signal.SIGHUP)
+    server.wait_log("reloaded users file")
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        logins = [pool.submit(server.request, "/_matrix/client/v3/login", LOGIN) for _ in range(2)]
+        time.sleep(1.0)  # both read and in the login: one hashing, one queued for the pool
+        server.proc.send_signal(signal.SIGTERM)
+        answers = [login.result(timeout=30) for login in logins]
+    assert server.proc.wait(timeout=30) == 0
+    assert [status for status, _ in answers] == [503, 503], answers
+    log = server.log.read_text()
+    assert "shutting down: 2 requests in flight" in log and "2 requests still running; answering them 503" in log, log
+    assert "Traceback" not in log and "CancelledError" not in log and "uncaught" not in log, log

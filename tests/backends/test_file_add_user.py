@@ -63,7 +63,8 @@ async def test_keeping_required_fields_of_a_user_that_does_not_exist(tmp_path):
 
 async def test_replacing_fixes_a_record_the_server_refuses(tmp_path):
     path = tmp_path / "users.json"
-    write(path, [record("bob"), {**record("ann"), "password": "$2b$12$not-hex"}])
+    plain = bytes.fromhex(record("x")["password"]).decode()  # a bcrypt hash pasted as is
+    write(path, [record("bob"), {**record("ann"), "password": plain}])
     backend = FileBackend(str(path))
     with pytest.raises(ConfigError, match=r"record 1 \('ann'\): field 'password'"):
         await backend.start()
