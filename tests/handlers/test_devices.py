@@ -208,3 +208,21 @@ async def test_wrong_passwords_count_against_the_failed_login_limit(fetch, login
     # The same limit guards the login.
     resp = await fetch("/_matrix/client/v3/login", "POST", json_body={"user": "alice", "password": "wonderland"})
     assert_error(resp, 429, "M_LIMIT_EXCEEDED")
+
+
+@pytest.mark.parametrize("path, method", [(f"{DEVICES}/A", "PUT"), (f"{DEVICES}/A", "DELETE"), (DELETE_DEVICES, "POST")])
+async def test_every_body_over_the_limit_is_413(fetch, login, hs, path, method):
+    token = (await login(device_id="A"))["access_token"]
+    big = b'{"devices": ["' + b"x" * hs.max_body_size + b'"]}'
+    assert_error(await fetch(path, method, token=token, body=big), 413, "M_TOO_LARGE")
+
+    def chunks(write):  # no Content-Length: counted as it arrives
+        async def produce():
+            for _ in range(4):
+                await write(b" " * (hs.max_body_size // 2))
+        return produce()
+
+    if method != "DELETE":  # Tornado's client sends no chunked body with DELETE
+        resp = await fetch(path, method, token=token, body_producer=chunks)
+        assert_error(resp, 413, "M_TOO_LARGE")
+    assert assert_json(await fetch(WHOAMI, token=token))  # nothing was deleted
