@@ -19,7 +19,7 @@ LIMITS: dict[str, tuple[str, float, str, bool]] = {
     "big_ready": ("big users file: ready after spawn", 2, "s", False),
     "big_rss": ("big users file: resident memory", 150, "MB", False),
     "synapse": ("/ Synapse reference", 3, "x", True),
-    "redis_profile": ("redis profile / bare Tornado floor", 0.6, "x", True),
+    "redis_profile": ("profile (Redis user backend) / floor", 0.6, "x", True),
     "redis_capabilities": ("capabilities (session check, Redis) / floor", 0.5, "x", True),
     "redis_whoami": ("whoami (session check, Redis) / floor", 0.5, "x", True),
     "redis_errors": ("redis runs: errors", 0, "count", False),

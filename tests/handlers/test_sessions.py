@@ -145,3 +145,17 @@ async def test_sessions_metrics(make_config, backend):
     finally:
         hs.checker.close()
         await store.close()
+
+
+async def test_no_token_text_reaches_a_log_line(fetch, login, caplog):
+    from homeserver.logs import JsonFormatter
+
+    token = (await login(device_id="PHONE"))["access_token"]
+    assert_json(await fetch(f"{DEVICES}?access_token={token}"))
+    assert_json(await fetch(f"{DEVICES}/PHONE", "PUT", token=token, json_body={"display_name": "P"}))
+    assert_json(await fetch(f"{LOGOUT}?access_token={token}", "POST"))
+    assert_error(await fetch(WHOAMI, token=token), 401, "M_UNKNOWN_TOKEN")
+    everything = "\n".join(JsonFormatter().format(r) for r in caplog.records)
+    assert "access_token=redacted" in everything
+    for part in (token, token.split(".")[2]):
+        assert part not in everything
