@@ -148,8 +148,11 @@ async def test_sessions_metrics(make_config, backend):
 
 
 async def test_no_token_text_reaches_a_log_line(fetch, login, caplog):
+    import logging
+
     from homeserver.logs import JsonFormatter
 
+    caplog.set_level(logging.DEBUG)
     token = (await login(device_id="PHONE"))["access_token"]
     assert_json(await fetch(f"{DEVICES}?access_token={token}"))
     assert_json(await fetch(f"{DEVICES}/PHONE", "PUT", token=token, json_body={"display_name": "P"}))
