@@ -72,13 +72,17 @@ class UserInteractiveAuth:
             payload_text, _, mac_text = session.partition(".")
             payload = _unb64(payload_text)
             mac = _unb64(mac_text)
-            fields = json.loads(payload)
         except (ValueError, UnicodeError):
             return False
-        expected = hmac.new(self.key, payload, hashlib.sha256).digest()[:16]
+        # The signature first: only a session this server made is ever parsed.
+        if not hmac.compare_digest(mac, hmac.new(self.key, payload, hashlib.sha256).digest()[:16]):
+            return False
+        try:
+            fields = json.loads(payload)
+        except ValueError:
+            return False
         return (
-            hmac.compare_digest(mac, expected)
-            and isinstance(fields, dict)
+            isinstance(fields, dict)
             and fields.get("u") == user
             and fields.get("o") == operation
             and isinstance(fields.get("e"), int)

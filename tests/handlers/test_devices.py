@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
 from tests.helpers import assert_error, assert_json
@@ -226,3 +228,14 @@ async def test_every_body_over_the_limit_is_413(fetch, login, hs, path, method):
         resp = await fetch(path, method, token=token, body_producer=chunks)
         assert_error(resp, 413, "M_TOO_LARGE")
     assert assert_json(await fetch(WHOAMI, token=token))  # nothing was deleted
+
+
+@pytest.mark.parametrize(
+    "session",
+    ["", ".", "ä.ö", "!!!.???", base64.urlsafe_b64encode(b"[" * 30_000).decode() + ".AAAA", "a" * 10_000],
+)
+async def test_hostile_uia_sessions_are_400_never_500(fetch, login, session):
+    token = (await login(device_id="A"))["access_token"]
+    body = {"devices": ["A"], "auth": password_auth(session)}
+    assert_error(await fetch(DELETE_DEVICES, "POST", token=token, json_body=body), 400, "M_UNKNOWN")
+    assert assert_json(await fetch(WHOAMI, token=token))
