@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import os
 from dataclasses import dataclass
 from typing import Any, ClassVar, Collection
 
@@ -21,6 +22,11 @@ class User:
     display_name: str | None = None
     avatar_url: str | None = None
     email: str | None = None  # an address the user may log in with (m.id.thirdparty)
+
+
+def resolve_path(path: str, config_dir: str) -> str:
+    """A path from a config section, taken relative to the config file's folder."""
+    return path if os.path.isabs(path) else os.path.join(config_dir, path)
 
 
 def canonical_email(address: str) -> str | None:

@@ -16,7 +16,7 @@ from typing import Any, Collection, Iterator
 
 from tornado.ioloop import PeriodicCallback
 
-from backends.base import ConfigError, User, UserBackend, UserExists, UserIncomplete, canonical_email
+from backends.base import ConfigError, User, UserBackend, UserExists, UserIncomplete, canonical_email, resolve_path
 from backends.hashes import operator_mistake
 
 logger = logging.getLogger(__name__)
@@ -244,7 +244,7 @@ class FileBackend(UserBackend):
     def from_config(cls, options: dict[str, Any], *, config_dir: str) -> "FileBackend":
         path = options["path"]
         return cls(
-            path if os.path.isabs(path) else os.path.join(config_dir, path),
+            resolve_path(path, config_dir),
             reload_interval=options["reload_interval"],
             check_passwords=options["check_passwords"],
         )

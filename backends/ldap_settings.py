@@ -13,7 +13,7 @@ from typing import Any
 from ldap3.core.exceptions import LDAPInvalidFilterError
 from ldap3.operation.search import parse_filter
 
-from backends.base import ConfigError
+from backends.base import ConfigError, resolve_path
 
 logger = logging.getLogger(__name__)
 
@@ -113,8 +113,7 @@ def parse_settings(options: dict[str, Any], config_dir: str) -> LdapSettings:
     if password and password_file:
         raise ConfigError("backend.ldap: set bind_password or bind_password_file, not both")
     if password_file:
-        if not os.path.isabs(password_file):
-            password_file = os.path.join(config_dir, password_file)
+        password_file = resolve_path(password_file, config_dir)
         password = _read_password_file(password_file)
     # A simple bind with a DN and no password is an "unauthenticated bind": many servers
     # accept it as anonymous, which would hide a configuration mistake.
@@ -132,7 +131,7 @@ def parse_settings(options: dict[str, Any], config_dir: str) -> LdapSettings:
 
     ca_file = options["ca_file"]
     if ca_file:
-        ca_file = ca_file if os.path.isabs(ca_file) else os.path.join(config_dir, ca_file)
+        ca_file = resolve_path(ca_file, config_dir)
         if not os.path.isfile(ca_file):
             raise ConfigError(f"backend.ldap.ca_file: {ca_file} not found")
 

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any, Callable, TypeVar
 
-from backends.base import ConfigError, StoreUnavailable
+from backends.base import ConfigError, StoreUnavailable, resolve_path
 from backends.sessions.base import Device, Session, SessionStore
 from backends.sessions.sqlite_schema import migrate
 
@@ -64,7 +64,7 @@ class SqliteSessionStore(SessionStore):
     def from_config(cls, options: dict[str, Any], *, config_dir: str) -> "SqliteSessionStore":
         path = options["path"]
         return cls(
-            path if os.path.isabs(path) else os.path.join(config_dir, path),
+            resolve_path(path, config_dir),
             timeout=options["timeout"],
             keep_ended=options["keep_ended"],
         )
