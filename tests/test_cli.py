@@ -101,9 +101,11 @@ def free_port():
 
 
 def test_serve_on_the_shipped_example_with_port_override(tmp_path):
-    # The shipped conf/ serves a working demo login; the secret goes to a temp file.
+    # The shipped conf/ serves a working demo login; the secret and the sessions go to
+    # temp files, so the test leaves nothing in conf/.
     port = free_port()
-    env = {**os.environ, "HOMESERVER_AUTH__SECRET_FILE": str(tmp_path / "secret")}
+    env = {**os.environ, "HOMESERVER_AUTH__SECRET_FILE": str(tmp_path / "secret"),
+           "HOMESERVER_SESSIONS__SQLITE__PATH": str(tmp_path / "sessions.db")}
     log = tmp_path / "server.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(
