@@ -44,11 +44,12 @@ class Processes:
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self, args: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def start(self, args: list[str], log_path: Path, env: dict[str, str] | None = None,
+              cwd: Path = ROOT) -> subprocess.Popen[bytes]:
         log = open(log_path, "wb")
         # Own session: a Ctrl-C reaches only the bench, which then stops the servers itself.
         proc = subprocess.Popen(
-            args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env, start_new_session=True
+            args, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True
         )
         log.close()
         self.procs.append(proc)

@@ -5,6 +5,17 @@ Phases, each a function below: throughput (against the bare-Tornado floor, inter
 rounds), logins (against the bcrypt ceiling), /versions under a login flood, memory, a big
 users file, sessions (logout throughput, the revocation check's cost), and optionally
 Redis, shared rate limits, N processes and another homeserver side by side.
+
+A/B mode (`--ab REV_A [REV_B]`, or `--ab REV_A --worktree PATH`): only the throughput
+endpoints, on two versions of the server at once (bench/ab.py). Each side is a commit
+(checked out with `git worktree add --detach` into a temporary directory, removed after)
+or a directory; B defaults to the tree this script runs from. Rounds interleave A and B
+on every endpoint, and the report gives req/s and server CPU per request for each with
+the B/A ratios and their spread over the rounds:
+
+    python3 bench/run.py --ab 3c5e6c7                  # that commit against this tree
+    python3 bench/run.py --ab main HEAD --rounds 6     # two commits
+    python3 bench/run.py --ab main --worktree ../other # a commit against another tree
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from ab import phase_ab
 from common import (
     BENCH,
     CAPABILITIES,
@@ -229,6 +241,11 @@ def bench(args: argparse.Namespace, procs: Processes, tmp: Path) -> dict[str, An
     write_users(users, hashed, args.users)
 
     bare, bare_base = start_floor(procs, tmp)
+    if args.ab:
+        targets = phase_ab(args, procs, tmp, users, bare.pid, bare_base, THROUGHPUT, runs)
+        results["targets"] = [asdict(t) for t in targets]
+        results["load_average_at_end"] = load_average()
+        return results | {"_targets": targets}
     hs, base, _, _ = start_homeserver(procs, tmp, "homeserver", users)
     time.sleep(0.5)
     idle_start = rss_mb(hs.pid)
@@ -293,9 +310,18 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--target-token", help="an access token valid on --target-url, for capabilities")
     p.add_argument("--no-uvloop-floor", dest="uvloop_floor", action="store_false",
                    help="skip the context run of bare Tornado on uvloop")
+    p.add_argument("--ab", nargs="+", metavar="REV_OR_DIR",
+                   help="A/B mode: REV_A [REV_B], each a commit or a directory; B defaults to --worktree or this "
+                        "tree. Only the throughput endpoints, interleaved rounds, B/A CPU per request and req/s")
+    p.add_argument("--worktree", metavar="PATH", help="with --ab REV_A: the directory to measure as B")
     p.add_argument("--throughput-only", action="store_true", help="only the floor and the throughput runs")
     p.add_argument("--output", help="result file (default bench/results/bench-<time>.json)")
-    return p.parse_args()
+    args = p.parse_args()
+    if args.ab and (len(args.ab) > 2 or (len(args.ab) == 2 and args.worktree)):
+        p.error("--ab takes REV_A and at most one of REV_B and --worktree PATH")
+    if args.worktree and not args.ab:
+        p.error("--worktree goes with --ab REV_A")
+    return args
 
 
 def main() -> int:
@@ -322,7 +348,8 @@ def main() -> int:
         print(t.line())
     print(f"load average at end: {results['load_average_at_end']} (other work on the machine skews absolute figures)")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out = Path(args.output) if args.output else RESULTS / time.strftime("bench-%Y%m%dT%H%M%SZ.json", time.gmtime())
+    stem = "ab" if args.ab else "bench"
+    out = Path(args.output) if args.output else RESULTS / time.strftime(f"{stem}-%Y%m%dT%H%M%SZ.json", time.gmtime())
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"results written to {out}")
     return 0 if all(t.passed for t in targets) else 1

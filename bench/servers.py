@@ -81,14 +81,15 @@ path = "{path.stem}-sessions.db"
 
 
 def start_homeserver(procs: Processes, tmp: Path, label: str, users: Path, *, backend: str = "file",
-                     extra: str = "", sections: str = "", rate_limits: bool = False
+                     extra: str = "", sections: str = "", rate_limits: bool = False, tree: Path = ROOT
                      ) -> tuple[subprocess.Popen[bytes], str, Path, float]:
-    """A homeserver on a config of its own (`label`); its process, base URL, log and start time."""
+    """A homeserver on a config of its own (`label`); its process, base URL, log and start time.
+    `tree`: the source tree whose run.py serves (another commit's, for --ab)."""
     port = free_port()
     config = tmp / f"{label}.toml"
     write_config(config, port, users, backend=backend, extra=extra, sections=sections, rate_limits=rate_limits)
     log = tmp / f"{label}.log"
-    proc = procs.start([sys.executable, str(ROOT / "run.py"), "--config", str(config)], log)
+    proc = procs.start([sys.executable, str(tree / "run.py"), "--config", str(config)], log, cwd=tree)
     base = f"http://127.0.0.1:{port}"
     waited = wait_ready(proc, base, log)
     return proc, base, log, waited
