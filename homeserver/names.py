@@ -18,6 +18,10 @@ def possible_name(name: str) -> bool:
     Empty text, control characters, lone surrogates (JSON allows "\\ud800") and names
     over 255 bytes are refused here, so no backend sees them.
     """
+    if name.isascii():
+        # The common case, without encoding or a regex: for ASCII, isprintable() is False
+        # exactly for the control characters (\x00-\x1f, \x7f), and a byte is a character.
+        return 0 < len(name) <= MAX_USER_ID_BYTES and name.isprintable()
     try:
         size = len(name.encode("utf-8"))
     except UnicodeEncodeError:  # lone surrogates

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
-import secrets
 from contextvars import ContextVar
 
 HEADER = "X-Request-ID"
@@ -18,8 +18,8 @@ _SANE = re.compile(r"[\x21-\x7e]{1,128}")
 
 
 def new_id() -> str:
-    """A fresh ID: 16 hex digits (64 random bits)."""
-    return secrets.token_hex(8)
+    """A fresh ID: 16 hex digits (64 random bits; what secrets.token_hex(8) gives, two calls sooner)."""
+    return os.urandom(8).hex()
 
 
 def choose(header: str | None, from_trusted_proxy: bool) -> str:

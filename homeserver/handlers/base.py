@@ -98,18 +98,24 @@ class BaseHandler(RequestHandler):
         for name, value in CORS_HEADERS:
             headers[name] = value
         headers["Content-Type"] = JSON_TYPE
-        headers[request_id.HEADER] = self._request_id or self._begin_request()
-        if self.hs.inflight.draining:
+        hs = self.hs
+        headers[request_id.HEADER] = self._request_id or self._begin_request(hs)
+        if hs.inflight.draining:
             # Shutting down: clients should not send more on this connection.
             headers["Connection"] = "close"
 
-    def _begin_request(self) -> str:
+    def _begin_request(self, hs: HomeServer) -> str:
         """Choose this request's ID (set_default_headers runs first, as Tornado makes the handler)."""
-        peer = self.request.remote_ip or ""
-        trusted = self.hs.client_address.is_trusted(peer) if self.hs.client_address.networks else False
-        self._request_id = request_id.choose(self.request.headers.get(request_id.HEADER), trusted)
-        request_id.begin(self._request_id)
-        return self._request_id
+        addresses = hs.client_address
+        if addresses.networks and addresses.is_trusted(self.request.remote_ip or ""):
+            chosen = request_id.choose(self.request.headers.get(request_id.HEADER), True)
+        else:
+            # Only a trusted proxy's header counts: no need to look (a missing header is an
+            # exception inside HTTPHeaders.get, the dearest step of this method).
+            chosen = request_id.new_id()
+        self._request_id = chosen
+        request_id.begin(chosen)
+        return chosen
 
     def compute_etag(self) -> None:
         # Matrix clients do not revalidate these documents; hashing every body is waste.
