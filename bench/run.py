@@ -242,7 +242,8 @@ def bench(args: argparse.Namespace, procs: Processes, tmp: Path) -> dict[str, An
 
     bare, bare_base = start_floor(procs, tmp)
     if args.ab:
-        targets = phase_ab(args, procs, tmp, users, bare.pid, bare_base, THROUGHPUT, runs)
+        endpoints = tuple(e for e in THROUGHPUT if not args.only or e[0] in args.only)
+        targets = phase_ab(args, procs, tmp, users, bare.pid, bare_base, endpoints, runs)
         results["targets"] = [asdict(t) for t in targets]
         results["load_average_at_end"] = load_average()
         return results | {"_targets": targets}
@@ -314,6 +315,8 @@ def parse_args() -> argparse.Namespace:
                    help="A/B mode: REV_A [REV_B], each a commit or a directory; B defaults to --worktree or this "
                         "tree. Only the throughput endpoints, interleaved rounds, B/A CPU per request and req/s")
     p.add_argument("--worktree", metavar="PATH", help="with --ab REV_A: the directory to measure as B")
+    p.add_argument("--only", nargs="+", choices=[name for name, _, _ in THROUGHPUT], metavar="ENDPOINT",
+                   help="with --ab: only these endpoints (versions, profile, capabilities, whoami)")
     p.add_argument("--throughput-only", action="store_true", help="only the floor and the throughput runs")
     p.add_argument("--output", help="result file (default bench/results/bench-<time>.json)")
     args = p.parse_args()
