@@ -7,10 +7,13 @@ from typing import Any
 
 from homeserver.errors import MatrixError
 
+# json.dumps with these arguments builds a new encoder on every call; this one is made once.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
 
 def encode_json(value: Any) -> bytes:
     """Serialise compactly as UTF-8; the Content-Type is set once, exactly, by the handler."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return _ENCODER.encode(value).encode("utf-8")
 
 
 def _reject_constant(name: str) -> Any:

@@ -94,10 +94,10 @@ class BaseHandler(RequestHandler):
         self._reason = httputil.responses[200]
 
     def set_default_headers(self) -> None:
+        # Content-Type is in place already: clear(), Tornado's one caller of this, sets it.
         headers = self._headers
         for name, value in CORS_HEADERS:
             headers[name] = value
-        headers["Content-Type"] = JSON_TYPE
         hs = self.hs
         headers[request_id.HEADER] = self._request_id or self._begin_request(hs)
         if hs.inflight.draining:
