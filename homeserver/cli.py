@@ -8,15 +8,15 @@ import dataclasses
 import getpass
 import re
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from backends.base import User, UserExists, UserIncomplete, canonical_email
 from homeserver.cli_sessions import UnknownTarget
 from homeserver.cli_sessions import add_commands as add_session_commands
 from homeserver.config import Config, load_config
 from homeserver.errors import ConfigError, StoreDataError, StoreUnavailable
-from homeserver.names import MAX_USER_ID_BYTES, user_id
 from homeserver.logs import setup_logging
+from homeserver.names import MAX_USER_ID_BYTES, user_id
 from homeserver.passwords import hash_password
 
 # Matrix localpart grammar for new accounts (appendices, "User Identifiers").
@@ -92,7 +92,9 @@ def cmd_add_user(args: argparse.Namespace) -> int:
     given = {"ident": args.ident, "display_name": args.display_name, "avatar_url": args.avatar_url, "email": args.email}
     # With --overwrite, every field not given stays as stored, those of User this command
     # has no option for included.
-    keep = [f.name for f in dataclasses.fields(User) if f.name not in ("name", "password") and given.get(f.name) is None]
+    keep = [
+        f.name for f in dataclasses.fields(User) if f.name not in ("name", "password") and given.get(f.name) is None
+    ]
     password = None
     if args.keep_password:
         keep.append("password")

@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
+from backends.base import resolve_path
 from homeserver.config_schema import SCHEMA
 from homeserver.errors import ConfigError
 
@@ -33,7 +35,7 @@ class Config:
 
     def resolve_path(self, value: str) -> str:
         """Return a path from the config, taken relative to the config file's folder."""
-        return value if os.path.isabs(value) else os.path.join(self.config_dir, value)
+        return resolve_path(value, self.config_dir)
 
 
 def _type_error(where: str, kind: str, value: Any) -> ConfigError:
@@ -175,8 +177,8 @@ def build_config(
     for section, items in _env_overrides(environ or {}).items():
         for key, raw in items.items():
             apply(section, key, raw, from_env=True)
-    for section, items in (overrides or {}).items():
-        for key, value in items.items():
+    for section, overridden in (overrides or {}).items():
+        for key, value in overridden.items():
             if value is not None:
                 apply(section, key, value, from_env=False)
 

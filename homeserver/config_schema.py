@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+
 
 @dataclass(frozen=True)
 class Field:

@@ -162,7 +162,7 @@ def test_slow_and_idle_connections_are_dropped(start):
     slow_body.sendall(b"POST /_matrix/client/v3/login HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
     # The server still answers others meanwhile.
     assert server.request("/health")[0] == 200
-    for sock in idle + [slow_headers, slow_body]:
+    for sock in [*idle, slow_headers, slow_body]:
         sock.settimeout(10)
         data = b""
         while chunk := sock.recv(65536):  # closed by the server within the timeouts

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 
-from homeserver.errors import MatrixError
+from homeserver.errors import shutting_down, unrecognized
 from homeserver.handlers.base import BaseHandler
 
 
@@ -17,12 +18,13 @@ class LivenessHandler(BaseHandler):
 
 
 class ReadinessHandler(BaseHandler):
-    """Ready for traffic: the store answers and no shutdown is under way; else 503."""
+    """Ready for traffic: both stores answer and no shutdown is under way; else 503 naming what is not."""
 
     async def get(self) -> None:
         if self.hs.inflight.draining:
-            raise MatrixError(503, "M_UNKNOWN", "Shutting down", headers={"Retry-After": "5"})
-        await self.hs.backend.check_health()
+            raise shutting_down(retry_after=5)
+        # Both stores, at once: every authenticated request needs the session store too.
+        await asyncio.gather(self.hs.users.check_health(), self.hs.sessions.store.check_health())
         self.write_json({"status": "ready"})
 
 
@@ -30,6 +32,8 @@ class MetricsHandler(BaseHandler):
     """Prometheus exposition of this process's metrics."""
 
     def get(self) -> None:
+        if self.hs.metrics is None:  # only routed when metrics are on
+            raise unrecognized()
         body, content_type = self.hs.metrics.render(self.request.headers.get("Accept"))
         self.set_header("Content-Type", content_type)
         self.finish(body)

@@ -10,8 +10,9 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -76,7 +77,7 @@ class RedisProcess:
     def client(self) -> redis.Redis:
         return redis.Redis(port=self.port, socket_timeout=2, retry=None)
 
-    def start(self) -> "RedisProcess":
+    def start(self) -> RedisProcess:
         os.makedirs(self.workdir, exist_ok=True)
         argv = [REDIS_SERVER, *self.args, "--port", str(self.port), "--bind", "127.0.0.1",
                 "--save", "", "--appendonly", "no", "--dir", self.workdir,

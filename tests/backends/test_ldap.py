@@ -11,9 +11,9 @@ import pytest
 from backends.ldap import LdapUser
 from backends.ldap_mapping import first_text, password_text
 from backends.ldap_settings import _check_filter
-from homeserver.users import Users
 from homeserver.context import create_backend
 from homeserver.errors import ConfigError, StoreUnavailable
+from homeserver.users import Users
 from tests.backends.slapd import PEOPLE, READER_DN, READER_PASSWORD, SUFFIX, free_port
 from tests.helpers import assert_error, assert_json
 

@@ -10,7 +10,13 @@ import pytest
 from backends.redis import RedisBackend
 from homeserver.errors import StoreUnavailable
 from tests.backends.redis_servers import make_store, redis_overrides
-from tests.backends.test_redis_parity import CAPABILITIES, LOGIN, PROFILE, WHOAMI, login_body
+from tests.backends.test_redis_parity import (
+    CAPABILITIES,
+    LOGIN,
+    PROFILE,
+    WHOAMI,
+    login_body,
+)
 from tests.helpers import assert_error, assert_json
 
 RETRY_AFTER = 7

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from tests.backends.redis_servers import free_port, wait_until
-from tests.servers import ROOT, call, login
 from tests.helpers import JWT_SECRET
+from tests.servers import ROOT, call, login
+
 
 @pytest.fixture
 def env(store) -> dict[str, str]:
@@ -38,7 +39,7 @@ def servers(env) -> Iterator[list[int]]:
                 cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             ))
         for port in ports:
-            wait_until(lambda: call(port, "/_matrix/client/versions")[0] == 200, what=f"server on {port}")
+            wait_until(lambda port=port: call(port, "/_matrix/client/versions")[0] == 200, what=f"server on {port}")
         yield ports
     finally:
         for proc in procs:
