@@ -21,14 +21,21 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from backends.base import User
+from homeserver.devices import device_body, display_name_of
 from homeserver.errors import MatrixError
-from homeserver.login import LoginRefused, login, parse_login
+from homeserver.login import LoginRefused
+from homeserver.login_request import parse_login
+from homeserver.names import user_id
 from homeserver.profile import profile_body
-from homeserver.sessions import REVOKED
+from homeserver.sessions import DEVICE_DELETED, LOGOUT_ALL
+
+if TYPE_CHECKING:
+    from homeserver.context import HomeServer
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +97,7 @@ class PageSession:
         return json.dumps([self.user, self.fingerprint, self.issued, self.nonce], separators=(",", ":"))
 
     @classmethod
-    def decode(cls, text: str) -> "PageSession | None":
+    def decode(cls, text: str) -> PageSession | None:
         try:
             user, fingerprint, issued, nonce = json.loads(text)
         except (ValueError, TypeError):
@@ -108,7 +115,7 @@ class PageSessions:
     def __init__(
         self,
         key: str,
-        hs: Any,
+        hs: HomeServer,
         *,
         lifetime: int = LIFETIME,
         clock: Callable[[], float] = time.time,
@@ -186,48 +193,25 @@ def _page_error(error: MatrixError) -> PageError:
     return PageError(500, "Something went wrong on the server. Try again later.")
 
 
-async def authenticate(hs: Any, name: str, password: str, client_ip: str) -> User:
-    """The password check of POST /login, opening no session: the same rules, stores, limits.
-
-    A wrong name and a wrong password are one message (WRONG_CREDENTIALS).
-    """
+async def authenticate(hs: HomeServer, name: str, password: str, client_ip: str) -> User:
+    """The password check of POST /login (hs.login), opening no session: the same rules,
+    stores and rate limits. A wrong name and a wrong password are one message."""
+    # As Element does: text with an @ after its first character is an e-mail address.
+    if "@" in name[1:] and not name.startswith("@"):
+        identifier = {"type": "m.id.thirdparty", "medium": "email", "address": name}
+    else:
+        identifier = {"type": "m.id.user", "user": name}
     try:
-        service = getattr(hs, "login", None)
-        if service is not None and hasattr(service, "authenticate"):
-            user: User | None = await service.authenticate(name, password, client_ip)
-        else:
-            user = await _authenticate_here(hs, name, password, client_ip)
+        request = parse_login({"identifier": identifier, "password": password}, hs.server_name)
+        user = await hs.login.authenticate(request, client_ip)
     except MatrixError as exc:
         raise _page_error(exc) from None
-    if user is None:
-        raise PageError(403, WRONG_CREDENTIALS)
     if is_locked(user):
         raise PageError(403, ACCOUNT_LOCKED)
     return user
 
 
-async def _authenticate_here(hs: Any, name: str, password: str, client_ip: str) -> User | None:
-    """POST /login's rules through homeserver.login, its token thrown away (no session opened)."""
-    await hs.limits.check_address(client_ip)
-    if "@" in name[1:] and not name.startswith("@"):
-        identifier = {"type": "m.id.thirdparty", "medium": "email", "address": name}
-    else:
-        identifier = {"type": "m.id.user", "user": name}
-    request = parse_login({"identifier": identifier, "password": password}, hs.server_name)
-    response = await login(
-        request,
-        users=hs.users,
-        tokens=hs.tokens,
-        checker=hs.checker,
-        server_name=hs.server_name,
-        limits=hs.limits,
-        client_ip=client_ip,
-    )
-    stored = response["user_id"][1 : -len(hs.server_name) - 1]
-    return await hs.users.get(stored)
-
-
-async def confirm_password(hs: Any, user: User, password: str, client_ip: str) -> None:
+async def confirm_password(hs: HomeServer, user: User, password: str, client_ip: str) -> None:
     """The password asked again (sign out everywhere, the reset approval), for the signed-in user."""
     again = await authenticate(hs, user.name, password, client_ip)
     if again.name != user.name:
@@ -237,58 +221,46 @@ async def confirm_password(hs: Any, user: User, password: str, client_ip: str) -
 # -- what the pages show and do, through the server's services -----------------------------
 
 
-def profile_view(hs: Any, user: User) -> dict[str, str]:
+def profile_view(hs: HomeServer, user: User) -> dict[str, str]:
     """The profile as GET /profile shows it (display name followed by ident), and the user ID."""
     body = profile_body(user)
     return {
-        "user_id": f"@{user.name}:{hs.server_name}",
+        "user_id": user_id(user.name, hs.server_name),
         "displayname": body["displayname"],
         "avatar_url": body.get("avatar_url", ""),
     }
 
 
-async def list_devices(hs: Any, user: User) -> list[dict[str, Any]]:
-    devices = getattr(hs, "devices", None)
-    if devices is not None and hasattr(devices, "list"):
-        listed = await devices.list(user)
-        return list(listed["devices"] if isinstance(listed, dict) else listed)
-    return list((await hs.sessions.devices(user.name))["devices"])
+async def list_devices(hs: HomeServer, user: User) -> list[dict[str, Any]]:
+    return [device_body(device) for device in await hs.devices.list_devices(user.name)]
 
 
-async def get_device(hs: Any, user: User, device_id: str) -> dict[str, Any] | None:
+async def get_device(hs: HomeServer, user: User, device_id: str) -> dict[str, Any] | None:
     try:
-        devices = getattr(hs, "devices", None)
-        if devices is not None and hasattr(devices, "get"):
-            return dict(await devices.get(user, device_id))
-        return dict(await hs.sessions.device(user.name, device_id))
+        return device_body(await hs.devices.get(user.name, device_id))
     except MatrixError as exc:
         if exc.status == 404:
             return None
         raise
 
 
-async def rename_device(hs: Any, user: User, device_id: str, display_name: str) -> None:
-    devices = getattr(hs, "devices", None)
-    if devices is not None and hasattr(devices, "rename"):
-        await devices.rename(user, device_id, display_name)
-    else:
-        await hs.sessions.rename_device(user.name, device_id, {"display_name": display_name})
+async def rename_device(hs: HomeServer, user: User, device_id: str, display_name: str) -> None:
+    """As PUT /devices/{id}: the same bound on the name (400), 404 for a device the user lacks."""
+    await hs.devices.rename(user.name, device_id, display_name_of({"display_name": display_name}))
 
 
-async def end_devices(hs: Any, user: User, device_ids: list[str] | None) -> int:
-    """End these devices' sessions (None: all), and with delegation the devices at Synapse."""
-    devices = getattr(hs, "devices", None)
-    if devices is not None and hasattr(devices, "end"):
-        return int(await devices.end(user.name, device_ids, REVOKED))
-    return int(await hs.sessions.end_devices(user.name, device_ids, REVOKED))
+async def end_devices(hs: HomeServer, user: User, device_ids: list[str] | None) -> int:
+    """End these devices' sessions (None: all) through hs.devices, which with delegation also
+    deletes the devices at Synapse before returning."""
+    return await hs.devices.end(user.name, device_ids, DEVICE_DELETED if device_ids is not None else LOGOUT_ALL)
 
 
-def delegation_of(hs: Any) -> Any:
+def delegation_of(hs: HomeServer) -> Any:
     """The Synapse delegation, or None when `[delegation] enabled` is false."""
     return getattr(hs, "delegation", None)
 
 
-async def allow_cross_signing_reset(hs: Any, user: User) -> None:
+async def allow_cross_signing_reset(hs: HomeServer, user: User) -> None:
     """Ask Synapse to accept a new master cross-signing key from this user for ten minutes."""
     delegation = delegation_of(hs)
     if delegation is None:
