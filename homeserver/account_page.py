@@ -61,6 +61,7 @@ ALIASES = {
 RESET_WINDOW_MINUTES = 10
 
 WRONG_CREDENTIALS = "Wrong name or password."
+WRONG_PASSWORD = "Wrong password."
 ACCOUNT_LOCKED = "This account is locked. Ask the server's operator."
 STORE_DOWN = "The account store cannot be reached right now. Try again in a moment."
 SYNAPSE_DOWN = "Synapse cannot be reached, try again."
@@ -213,9 +214,14 @@ async def authenticate(hs: HomeServer, name: str, password: str, client_ip: str)
 
 async def confirm_password(hs: HomeServer, user: User, password: str, client_ip: str) -> None:
     """The password asked again (sign out everywhere, the reset approval), for the signed-in user."""
-    again = await authenticate(hs, user.name, password, client_ip)
+    try:
+        again = await authenticate(hs, user.name, password, client_ip)
+    except PageError as exc:
+        if exc.message == WRONG_CREDENTIALS:
+            raise PageError(403, WRONG_PASSWORD) from None
+        raise
     if again.name != user.name:
-        raise PageError(403, WRONG_CREDENTIALS)
+        raise PageError(403, WRONG_PASSWORD)
 
 
 # -- what the pages show and do, through the server's services -----------------------------

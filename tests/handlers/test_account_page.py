@@ -13,8 +13,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 import pytest
-import tornado.web
 
+from tests.fake_synapse import Calls, FakeDelegation, fake_synapse_app
 from tests.helpers import DEFAULT_USERS, Response, assert_error, assert_json, record
 
 pytestmark = pytest.mark.usefixtures("io_loop")
@@ -383,7 +383,7 @@ async def test_end_others(browser, signed_in, fetch):
 
 async def test_end_all_needs_the_password(browser, signed_in, fetch):
     body = assert_page(await browser.post({"op": "end_all", "password": "wrong"}), 403)
-    assert WRONG in body
+    assert "Wrong password." in body
     assert_json(await fetch(WHOAMI, token=signed_in["PHONE"]))
     resp = await browser.post({"op": "end_all", "password": "wonderland"})
     assert set_cookies(resp)["hs_account"].value == ""  # cleared
@@ -446,49 +446,18 @@ async def test_expired_page_session(browser, signed_in, monkeypatch):
 # -- the cross-signing reset, against an in-process fake Synapse -------------------------
 
 
-class FakeSynapse(tornado.web.RequestHandler):
-    calls: list[tuple[str, Any]] = []
-    fail = False
-
-    def post(self, call: str) -> None:
-        assert self.request.headers["Authorization"] == "Bearer fake-synapse-secret"
-        if FakeSynapse.fail:
-            self.set_status(500)
-            self.finish({"errcode": "M_UNKNOWN", "error": "down"})
-            return
-        FakeSynapse.calls.append((call, json.loads(self.request.body)))
-        self.finish({})
-
-
-class FakeDelegation:
-    """The shape of hs.delegation the page needs, calling the fake Synapse over HTTP."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    async def allow_cross_signing_reset(self, localpart: str) -> None:
-        from tornado.httpclient import AsyncHTTPClient
-
-        await AsyncHTTPClient().fetch(
-            self.url + "/_synapse/mas/allow_cross_signing_reset",
-            method="POST",
-            body=json.dumps({"localpart": localpart}),
-            headers={"Authorization": "Bearer fake-synapse-secret", "Content-Type": "application/json"},
-        )
-
-
 @pytest.fixture
 def fake_synapse(hs, io_loop):
+    """An in-process fake Synapse, and hs.delegation calling it."""
     from tornado.httpserver import HTTPServer
     from tornado.testing import bind_unused_port
 
+    calls = Calls()
     sock, port = bind_unused_port()
-    server = HTTPServer(tornado.web.Application([(r"/_synapse/mas/(\w+)", FakeSynapse)]))
+    server = HTTPServer(fake_synapse_app(calls))
     server.add_sockets([sock])
-    FakeSynapse.calls = []
-    FakeSynapse.fail = False
     hs.delegation = FakeDelegation(f"http://127.0.0.1:{port}")
-    yield FakeSynapse
+    yield calls
     server.stop()
 
 
@@ -496,10 +465,10 @@ async def test_cross_signing_reset_approved(browser, signed_in, fake_synapse):
     body = assert_page(await browser.get({"action": "org.matrix.cross_signing_reset"}))
     assert "10 minutes" in body and 'value="reset"' in body
     body = assert_page(await browser.post({"op": "reset", "password": "wrong"}), 403)
-    assert WRONG in body
-    assert fake_synapse.calls == []
+    assert "Wrong password." in body
+    assert fake_synapse.received == []
     resp = await browser.post({"op": "reset", "password": "wonderland"})
-    assert fake_synapse.calls == [("allow_cross_signing_reset", {"localpart": "alice"})]
+    assert fake_synapse.received == [("allow_cross_signing_reset", {"localpart": "alice"})]
     body = assert_page(await browser.follow(resp))
     assert "For the next 10 minutes your Matrix client may reset" in body
 
