@@ -271,3 +271,88 @@ def test_a_framing_page_cannot_show_it(server, driver, tmp_path):
         assert "Sign in" not in driver.page_source
     finally:
         driver.switch_to.default_content()
+
+
+# -- an accessibility check (axe-core, the engine of Lighthouse's accessibility audit) --------
+
+# axe-core's current major (`npm view axe-core version` gave 4.14.1), cached inside .venv.
+AXE_MAJOR = 4
+
+
+@pytest.fixture(scope="module")
+def axe_source() -> str:
+    import os
+    import shutil
+    import subprocess
+
+    from tests.browser import missing
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cache = os.path.join(root, ".venv", "js", f"axe-core-{AXE_MAJOR}")
+    path = os.path.join(cache, "node_modules", "axe-core", "axe.min.js")
+    if not os.path.exists(path):
+        npm = shutil.which("npm")
+        if npm is None:
+            missing("npm is not installed (it installs axe-core for the accessibility check)")
+        os.makedirs(cache, exist_ok=True)
+        result = subprocess.run(
+            [str(npm), "install", "--silent", "--prefix", cache, f"axe-core@{AXE_MAJOR}"],
+            capture_output=True, text=True, timeout=300,
+        )
+        if result.returncode != 0:
+            missing(f"npm install axe-core failed: {result.stderr[-300:]}")
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
+
+
+def axe_violations(driver: Any, source: str) -> list[dict[str, Any]]:
+    """Run axe-core's WCAG 2.x A and AA rules on the current page, through DevTools (the
+    page's CSP forbids any script of its own); the violations, each with its nodes."""
+    driver.execute_cdp_cmd("Runtime.evaluate", {"expression": source})
+    result = driver.execute_cdp_cmd(
+        "Runtime.evaluate",
+        {
+            "expression": (
+                "axe.run(document, {runOnly: {type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa']}})"
+                ".then(r => r.violations.map(v => ({id: v.id, help: v.help, nodes: v.nodes.map(n => n.html)})))"
+            ),
+            "awaitPromise": True,
+            "returnByValue": True,
+        },
+    )
+    return list(result["result"]["value"])
+
+
+def test_every_page_passes_an_accessibility_check(server, axe_source, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    server.login("PHONE", "Phone")
+    pages = [
+        "/account/?action=org.matrix.sessions_list",
+        "/account/?action=org.matrix.session_view&device_id=PHONE",
+        "/account/?action=org.matrix.session_end&device_id=PHONE",
+        "/account/?action=org.matrix.session_view&device_id=NOT-THERE",
+        "/account/?action=org.matrix.profile",
+        "/account/?action=org.matrix.cross_signing_reset",
+        "/account/nothing-here",
+    ]
+    bad = tmp_path / "bad.html"
+    bad.write_text('<!DOCTYPE html><html><body><input type="text"><p style="color:#bbb">faint</p></body></html>')
+    with chrome(javascript=True) as driver:
+        # The check itself works: a page without a language, a label or contrast fails it.
+        driver.get(bad.as_uri())
+        assert {v["id"] for v in axe_violations(driver, axe_source)} >= {"html-has-lang", "label", "color-contrast"}
+        driver.get(server.url + "/account/")
+        found = {"sign in": axe_violations(driver, axe_source)}
+        fill(driver, "name", "alice")
+        fill(driver, "password", "wrong")
+        submitted(driver, driver.find_element(By.ID, "password"), Keys.ENTER)
+        found["sign in, wrong password"] = axe_violations(driver, axe_source)
+        fill(driver, "name", "alice")
+        fill(driver, "password", "wonderland")
+        submitted(driver, driver.find_element(By.ID, "password"), Keys.ENTER)
+        for path in pages:
+            driver.get(server.url + path)
+            found[path] = axe_violations(driver, axe_source)
+    assert {page: v for page, v in found.items() if v} == {}
