@@ -339,7 +339,10 @@ class AccountPageHandler(PageHandler):
 
     async def end_one(self, user: User, session: PageSession) -> None:
         device_id = self.get_body_argument("device_id", "")
-        await page.end_devices(self.hs, user, [device_id])
+        if not await page.end_devices(self.hs, user, [device_id]):
+            # Gone already (another tab, another client): say so on the list.
+            await self.show(page.SESSION_VIEW, device_id)
+            return
         logger.info("account page: %s signed out device %r", user.name, device_id)
         self.go(page.SESSIONS_LIST, notice="ended")
 

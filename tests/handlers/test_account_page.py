@@ -360,6 +360,12 @@ async def test_end_one(browser, signed_in, fetch):
     assert_json(await fetch(WHOAMI, token=signed_in["LAPTOP"]))
 
 
+async def test_end_one_already_gone(browser, signed_in, fetch):
+    body = assert_page(await browser.post({"op": "end", "device_id": "NOT-MINE"}), 404)
+    assert "no session" in body and "PHONE" in body
+    assert_json(await fetch(WHOAMI, token=signed_in["PHONE"]))
+
+
 async def test_rename(browser, signed_in, fetch):
     resp = await browser.post({"op": "rename", "device_id": "LAPTOP", "display_name": "Work laptop"})
     assert resp.headers["Location"].endswith("device_id=LAPTOP&notice=renamed")
@@ -432,6 +438,36 @@ async def test_password_change_ends_the_page_session(browser, signed_in, users_p
     body = assert_page(resp)
     assert "Your password changed" in body and "<h1>Sign in</h1>" in body
     assert set_cookies(resp)["hs_account"].value == ""  # cleared
+
+
+async def test_lock_ends_the_page_session_and_refuses_sign_in(browser, signed_in, hs, monkeypatch):
+    """A locked account (the user record's `locked` flag) has no page session and cannot sign in."""
+    import dataclasses
+
+    from backends.base import User
+
+    if "locked" in {f.name for f in dataclasses.fields(User)}:
+        locked_user: Any = lambda user: dataclasses.replace(user, locked=True)  # noqa: E731
+    else:  # before the account-state work: the same flag on a subclass
+
+        @dataclasses.dataclass(frozen=True, slots=True)
+        class Locked(User):
+            locked: bool = True
+
+        locked_user = lambda user: Locked(**{f.name: getattr(user, f.name) for f in dataclasses.fields(User)})  # noqa: E731
+    real_get = hs.users.get
+
+    async def get(name: str, **kwargs: Any) -> Any:
+        user = await real_get(name, **kwargs)
+        return locked_user(user) if user is not None and user.name == "alice" else user
+
+    monkeypatch.setattr(hs.users, "get", get)
+    resp = await browser.get()
+    body = assert_page(resp)
+    assert "This account is locked" in body and "<h1>Sign in</h1>" in body
+    assert set_cookies(resp)["hs_account"].value == ""
+    body = assert_page(await browser.sign_in(), 403)
+    assert "This account is locked" in body
 
 
 async def test_expired_page_session(browser, signed_in, monkeypatch):
