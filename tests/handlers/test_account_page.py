@@ -513,3 +513,16 @@ async def test_cross_signing_reset_synapse_down(browser, signed_in, fake_synapse
     fake_synapse.fail = True
     body = assert_page(await browser.post({"op": "reset", "password": "wonderland"}), 502)
     assert "Synapse cannot be reached, try again." in body
+
+
+def test_served_by_run_py(start):
+    """The real server process finds the templates and the stylesheet wherever it is started from."""
+    import urllib.request
+
+    server = start()
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/account/", timeout=10) as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Security-Policy"] == CSP
+        assert b"<h1>Sign in</h1>" in resp.read()
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/account/style.css", timeout=10) as resp:
+        assert resp.headers["Content-Type"] == "text/css; charset=UTF-8"
