@@ -5,11 +5,13 @@ from __future__ import annotations
 import tornado.web
 
 from homeserver.context import HomeServer
-from homeserver.handlers import account, devices, discovery, health, login, profile
+from homeserver.handlers import account, devices, discovery, health, login, oauth, profile
 from homeserver.handlers.base import NotFoundHandler
 from homeserver.logs import log_request
 
-ROUTES = discovery.ROUTES + login.ROUTES + profile.ROUTES + account.ROUTES + devices.ROUTES + health.ROUTES
+ROUTES = (
+    discovery.ROUTES + login.ROUTES + profile.ROUTES + account.ROUTES + devices.ROUTES + health.ROUTES + oauth.ROUTES
+)
 
 
 def make_app(hs: HomeServer) -> tornado.web.Application:
