@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Install, from Debian's packages, the servers the Redis and LDAP tests start privately
-# (redis-server; slapd and ldap-utils; openssl for test certificates), when missing. Needs root (or sudo).
+# (redis-server; slapd and ldap-utils; openssl for test certificates), and the browser the account
+# page tests drive (chromium, chromium-driver), when missing. Needs root (or sudo).
 set -euo pipefail
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v slapd >/dev/null 2>&1 || [ -x /usr/sbin/slapd ] || need+=(slapd)
 command -v ldapwhoami >/dev/null 2>&1 || need+=(ldap-utils)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 if [ ${#need[@]} -eq 0 ]; then
     exit 0
 fi
