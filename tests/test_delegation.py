@@ -371,7 +371,7 @@ async def test_a_device_id_synapse_would_refuse_is_a_400(fetch, synapse):
     assert synapse.calls == []
 
 
-@pytest.mark.parametrize("mode", ["down", "error", "hang", "garbage", "wrong_secret", "no_api"])
+@pytest.mark.parametrize("mode", ["down", "error", "hang", "garbage", "huge", "wrong_secret", "no_api"])
 async def test_login_when_synapse_cannot_take_it_is_503_and_leaves_nothing(fetch, synapse, session_store, mode, caplog):
     if mode == "down":
         await synapse.stop()
@@ -424,7 +424,9 @@ async def test_server_name_mismatch_is_said_in_one_line(login, synapse, caplog):
 async def test_logout_deletes_the_device_at_synapse(fetch, login, synapse):
     body = await login()
     keep = await login()
-    assert (await fetch(LOGOUT, "POST", token=body["access_token"])).status == 200
+    resp = await fetch(LOGOUT, "POST", token=body["access_token"])
+    assert assert_json(resp) == {}
+    validate(resp, "logout.yaml", "/logout", "POST")
     assert synapse.calls[-1] == ("delete_device", {"localpart": "alice", "device_id": body["device_id"]})
     assert list(synapse.devices["alice"]) == [keep["device_id"]]
 
