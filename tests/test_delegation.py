@@ -648,3 +648,16 @@ def test_a_server_starts_before_synapse_and_says_so(start):
     assert (status, body["errcode"]) == (503, "M_UNKNOWN")
     assert server.proc.poll() is None
     assert server.log.read_text().count("delegation: Synapse at http://127.0.0.1:9 cannot be reached") == 1
+
+
+async def test_resync_refused_is_said_once_and_kept(login, synapse, hs, session_store, caplog):
+    await login()
+    await session_store.mark_resync("alice", 7)
+    synapse.modes["sync_devices"] = "wrong_secret"
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            assert await hs.delegation.resync_pending() == (0, 1)
+    assert caplog.text.count("refuses our secret") == 1
+    synapse.modes.clear()
+    assert await hs.delegation.resync_pending() == (1, 0)
+    assert await session_store.resyncs() == {}

@@ -116,6 +116,7 @@ class Delegation:
         self._locks = KeyedLocks()
         self._server_name_checked = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self._refusals: dict[str, str] = {}  # the last refusal said per user, by the resync
 
     # -- Synapse calling us ---------------------------------------------------------
 
@@ -259,8 +260,13 @@ class Delegation:
                 except SynapseUnreachable:
                     break  # the others would fail alike: next round
                 except SynapseError as exc:
-                    logger.warning("delegation: resync of %r refused: %s", user, exc)
+                    if exc.status in (401, 403, 405) or exc.errcode == "M_UNRECOGNIZED":
+                        break  # a wrong secret, no API (said once by the client): the others alike
+                    if self._refusals.get(user) != str(exc):  # said once, not at every round
+                        self._refusals[user] = str(exc)
+                        logger.warning("delegation: resync of %r refused, retrying: %s", user, exc)
                     continue
+                self._refusals.pop(user, None)
                 await self.sessions.store.clear_resync(user, mark)
             done += 1
             logger.info("delegation: Synapse now has the devices of %r as they are here", user)
