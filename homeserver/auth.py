@@ -32,8 +32,11 @@ class Auth:
         self.users = users
         self.server_name = server_name
 
-    async def requester(self, token: str, client_ip: str) -> Requester:
+    async def requester(self, token: str, client_ip: str | None) -> Requester:
         """Return the token's requester; 401 M_UNKNOWN_TOKEN for any token that is not good.
+
+        `client_ip` None (a token Synapse introspects: the client's address is not known)
+        keeps the session's last-seen address.
 
         A store that cannot answer raises StoreUnavailable (503): never a 401, which would
         make clients throw their token away.

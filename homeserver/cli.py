@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from backends.base import User, UserExists, UserIncomplete, canonical_email
+from homeserver.cli_delegation import add_commands as add_delegation_commands
 from homeserver.cli_sessions import UnknownTarget
 from homeserver.cli_sessions import add_commands as add_session_commands
 from homeserver.config import Config, load_config
@@ -134,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, help="listen port (overrides server.port)")
     parser.add_argument("--processes", type=int, help="worker processes (overrides server.processes)")
     parser.set_defaults(func=cmd_serve)
-    sub = parser.add_subparsers(title="commands", metavar="{serve,hash-password,add-user,sessions}")
+    sub = parser.add_subparsers(title="commands", metavar="{serve,hash-password,add-user,sessions,delegation}")
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -168,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--rounds", type=int, choices=range(4, 32), metavar="4..31", help="bcrypt cost")
     au.set_defaults(func=cmd_add_user)
     add_session_commands(command)
+    add_delegation_commands(command)
     return parser
 
 

@@ -11,6 +11,7 @@ from backends.base import UserBackend
 from backends.sessions.base import SessionStore
 from homeserver.auth import Auth
 from homeserver.config import Config
+from homeserver.delegation import Delegation, load_delegation_settings
 from homeserver.devices import Devices
 from homeserver.documents import Documents
 from homeserver.drain import InFlight
@@ -44,6 +45,8 @@ class HomeServer:
     inflight: InFlight = field(default_factory=InFlight)
     # Resolves a request's client address (X-Forwarded-For only from trusted proxies).
     client_address: ClientAddress = field(default_factory=ClientAddress)
+    # The Synapse this server is the authentication service of; None when `[delegation]` is off.
+    delegation: Delegation | None = None
     users: Users = field(init=False)
     auth: Auth = field(init=False)
     uia: UserInteractiveAuth = field(init=False)
@@ -62,8 +65,9 @@ class HomeServer:
             server_name=self.server_name,
             limits=self.limits,
             metrics=self.metrics,
+            delegation=self.delegation,
         )
-        self.devices = Devices(self.sessions, self.uia)
+        self.devices = Devices(self.sessions, self.uia, self.delegation)
 
     @property
     def server_name(self) -> str:
@@ -74,6 +78,8 @@ class HomeServer:
         return self.config.get("server", "max_body_size")
 
     async def close(self) -> None:
+        if self.delegation is not None:
+            await self.delegation.close()
         await self.backend.close()
         await self.sessions.close()
         self.checker.close()
@@ -115,8 +121,11 @@ def build_homeserver(
         touch_interval=config.get("sessions", "touch_interval"),
         metrics=metrics,
     )
+    settings = load_delegation_settings(config)
+    delegation = Delegation(settings, sessions, config.get("server", "server_name")) if settings else None
     return HomeServer(
         config=config,
+        delegation=delegation,
         backend=backend,
         sessions=sessions,
         tokens=TokenIssuer(

@@ -27,6 +27,7 @@ from homeserver.sessions import (
 
 if TYPE_CHECKING:
     from homeserver.auth import Requester
+    from homeserver.delegation import Delegation
     from homeserver.uia import UserInteractiveAuth
     from homeserver.users import Users
 
@@ -75,9 +76,13 @@ def display_name_of(body: dict[str, Any]) -> str | None:
 class Devices:
     """A user's devices, and every way their sessions end."""
 
-    def __init__(self, sessions: Sessions, uia: UserInteractiveAuth | None = None) -> None:
+    def __init__(
+        self, sessions: Sessions, uia: UserInteractiveAuth | None = None, delegation: Delegation | None = None
+    ) -> None:
         self.sessions = sessions
         self.uia = uia
+        # With delegation, Synapse is told of every end of a session and every rename.
+        self.delegation = delegation
         self._missing: set[str] = set()  # users found missing by the last sweep
 
     # -- reading and renaming -----------------------------------------------------
@@ -97,6 +102,9 @@ class Devices:
         if display_name is None:
             await self.get(user, device_id)
             return
+        if self.delegation is not None:
+            await self.get(user, device_id)
+            await self.delegation.rename(user, device_id, display_name)
         if not await self.sessions.store.rename_device(user, device_id, display_name):
             raise no_device()
 
@@ -105,6 +113,8 @@ class Devices:
     async def logout(self, session: Session) -> None:
         """POST /logout: end the session of the token used (other sessions of its device stay)."""
         await self.sessions.end(session, LOGOUT)
+        if self.delegation is not None:
+            await self.delegation.devices_ended(session.user, [session.device_id])
 
     async def logout_all(self, user: str) -> int:
         """POST /logout/all: end every session of the user."""
@@ -127,8 +137,15 @@ class Devices:
         return await self.end(user, device_ids, REVOKED)
 
     async def end(self, user: str, device_ids: list[str] | None, reason: str) -> int:
-        """End every session of these devices (None: all the user's); the count ended."""
-        return await self.sessions.end_devices(user, device_ids, reason)
+        """End every session of these devices (None: all the user's); the count ended.
+
+        With delegation, Synapse is told before this returns; when it is away, the sessions
+        end here all the same and Synapse is told once it is back (homeserver.delegation).
+        """
+        count = await self.sessions.end_devices(user, device_ids, reason)
+        if self.delegation is not None:
+            await self.delegation.devices_ended(user, device_ids)
+        return count
 
     # -- upkeep -------------------------------------------------------------------
 

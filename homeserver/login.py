@@ -7,17 +7,20 @@ from typing import TYPE_CHECKING
 
 from backends.base import User
 from backends.hashes import stored_password_problem
+from homeserver.delegation.service import MAX_DEVICE_ID as MAX_SYNAPSE_DEVICE_ID
+from homeserver.delegation.service import new_device_id
 from homeserver.errors import M_FORBIDDEN, M_LIMIT_EXCEEDED, M_UNKNOWN, MatrixError
 from homeserver.jsonio import decode_json_object
 from homeserver.login_request import LoginRequest, parse_login
 from homeserver.names import user_id
 from homeserver.passwords import HashDecodeError, Overloaded, PasswordChecker
 from homeserver.ratelimit import LoginLimits
-from homeserver.sessions import Sessions
+from homeserver.sessions import REPLACED, Sessions
 from homeserver.tokens import TokenIssuer
 from homeserver.users import Users
 
 if TYPE_CHECKING:
+    from homeserver.delegation import Delegation
     from homeserver.metrics import Metrics
 
 logger = logging.getLogger(__name__)
@@ -93,6 +96,7 @@ class LoginService:
         server_name: str,
         limits: LoginLimits | None = None,
         metrics: Metrics | None = None,
+        delegation: Delegation | None = None,
     ) -> None:
         self.users = users
         self.tokens = tokens
@@ -101,6 +105,7 @@ class LoginService:
         self.server_name = server_name
         self.limits = limits if limits is not None else LoginLimits()
         self.metrics = metrics
+        self.delegation = delegation
 
     async def login(self, body: bytes, client_ip: str) -> dict[str, str]:
         """Check the request body (JSON), apply rules 1-6; return the login response or raise the rule's MatrixError."""
@@ -125,10 +130,25 @@ class LoginService:
 
     async def _login(self, body: bytes, client_ip: str) -> dict[str, str]:
         await self.limits.check_address(client_ip)
-        request = parse_login(decode_json_object(body), self.server_name)
+        if self.delegation is None:
+            request = parse_login(decode_json_object(body), self.server_name)
+        else:
+            # One device per login (Synapse keeps keys and to-device messages per device),
+            # and a device id Synapse takes.
+            request = parse_login(
+                decode_json_object(body), self.server_name, new_device_id(), max_device_id=MAX_SYNAPSE_DEVICE_ID
+            )
         user, token = await self._verify(request, issue=True)
-        # Rule 6, once the session of the token is recorded (a 200 is never lost).
-        await self.sessions.open(token, user.name, request.device_id, request.display_name, client_ip)
+        if self.delegation is None:
+            # Rule 6, once the session of the token is recorded (a 200 is never lost).
+            await self.sessions.open(token, user.name, request.device_id, request.display_name, client_ip)
+        else:
+            # Synapse has the user and the device first (503 and nothing done here when it
+            # cannot be told); then the device's earlier sessions end (MAS's rule: one
+            # device, one session; the device and its keys stay at Synapse) and this one opens.
+            async with self.delegation.login(user, request.device_id, request.display_name):
+                await self.sessions.end_devices(user.name, [request.device_id], REPLACED)
+                await self.sessions.open(token, user.name, request.device_id, request.display_name, client_ip)
         return {
             "user_id": user_id(user.name, self.server_name),
             "access_token": token,

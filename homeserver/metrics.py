@@ -58,7 +58,7 @@ class Metrics:
         )
         self.sessions_ended = Counter(
             "homeserver_sessions_ended",
-            "Sessions ended, by reason: logout, logout_all, device_deleted, user_removed.",
+            "Sessions ended, by reason: logout, logout_all, device_deleted, revoked, user_removed, replaced.",
             ["reason"],
             registry=self.registry,
         )
