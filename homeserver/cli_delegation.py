@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 from collections.abc import Callable
 
@@ -44,6 +45,8 @@ async def sync_all(config: Config, out: Callable[[str], None]) -> None:
 
 def cmd_sync(args: argparse.Namespace) -> int:
     config = load_config(args.config)
+    # A failure is said once, below, as the command's one error line.
+    logging.getLogger("homeserver.delegation").setLevel(logging.CRITICAL)
     try:
         asyncio.run(sync_all(config, lambda line: print(line, flush=True)))
     except SynapseError as exc:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import threading
 from typing import Any
 
 import tornado.web
@@ -154,3 +155,38 @@ class MasHandler(tornado.web.RequestHandler):
         if call == "allow_cross_signing_reset":
             return self._answer(200)
         return self._error(404, "M_UNRECOGNIZED", "Unrecognized request")
+
+
+class FakeSynapseThread:
+    """The fake on an event loop of its own thread, for tests that drive `run.py` processes
+    with blocking calls. `fake` is read from the test's thread (the lists and dicts only grow
+    or change under the GIL); `down()` and `up()` stop and restart it on the same port."""
+
+    def __init__(self, secret: str = SECRET) -> None:
+        self.fake = FakeSynapse(secret)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="fake-synapse", daemon=True)
+        self.thread.start()
+        self.up()
+
+    @property
+    def url(self) -> str:
+        return self.fake.url
+
+    def _run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(10)
+
+    def up(self) -> None:
+        async def start() -> None:
+            self.fake.start()
+
+        self._run(start())
+
+    def down(self) -> None:
+        self._run(self.fake.stop())
+
+    def close(self) -> None:
+        self.down()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()

@@ -573,26 +573,75 @@ async def test_start_up_with_synapse_not_there_yet_warns_and_retries(hs, synapse
 # -- the command line -------------------------------------------------------------------------------
 
 
+async def run_py(tmp_path, synapse, users_path, *args: str) -> tuple[int, str, str]:
+    """`run.py` on the tests' session store (tmp_path), without blocking the loop the fake Synapse runs on."""
+    config = tmp_path / "homeserver.toml"
+    config.write_text(
+        f'[auth]\njwt_secret = "{JWT_SECRET}"\n[backend.file]\npath = "{users_path}"\n'
+        f'[delegation]\nenabled = true\nsynapse_url = "{synapse.url}"\nsecret = "{SECRET}"\ntimeout = 1.0\n'
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "run.py", "--config", str(config), *args,
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_cli_revoke_reaches_synapse(tmp_path, synapse, login, session_store, users_path):
+    phone = (await login(device_id="PHONE"))["device_id"]
+    await login(device_id="DESK")
+    code, out, err = await run_py(tmp_path, synapse, users_path, "sessions", "revoke", "alice", "--device", phone)
+    assert (code, out, err) == (0, "revoked 1 sessions of device PHONE of @alice:localhost\n", "")
+    assert synapse.calls[-1] == ("delete_device", {"localpart": "alice", "device_id": "PHONE"})
+    await synapse.stop()
+    code, out, err = await run_py(tmp_path, synapse, users_path, "sessions", "revoke", "alice", "--all")
+    assert code == 0, err
+    assert out.splitlines() == [
+        "revoked 1 sessions of @alice:localhost",
+        "Synapse could not be told yet: the running server tells it as soon as it answers",
+    ]
+    assert set(await session_store.resyncs()) == {"alice"}
+
+
 async def test_cli_delegation_sync(tmp_path, synapse, login, session_store, users_path):
     a = await login(device_id="PHONE")
     await login("bob", "builder", device_id="DESK")
     synapse.users.clear()
     synapse.devices.clear()
-    synapse.devices["stale"] = {}
-    config = tmp_path / "homeserver.toml"
-    config.write_text(
-        f'[auth]\njwt_secret = "{JWT_SECRET}"\n[backend.file]\npath = "{users_path}"\n'
-        f'[delegation]\nenabled = true\nsynapse_url = "{synapse.url}"\nsecret = "{SECRET}"\n'
-    )
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "run.py", "--config", str(config), "delegation", "sync",
-        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 0, err
-    assert out.decode().splitlines() == [
+    code, out, err = await run_py(tmp_path, synapse, users_path, "delegation", "sync")
+    assert code == 0, err
+    assert out.splitlines() == [
         "@alice:localhost: created at Synapse; devices PHONE",
         "@bob:localhost: created at Synapse; devices DESK",
     ]
     assert synapse.devices["alice"] == {"PHONE": None} and synapse.devices["bob"] == {"DESK": None}
     assert a["device_id"] == "PHONE"
+    # Again: nothing new, the same devices; a user with only a pending resync is synced too.
+    await session_store.mark_resync("carol", 1)
+    code, out, err = await run_py(tmp_path, synapse, users_path, "delegation", "sync")
+    assert code == 0, err
+    assert out.splitlines() == [
+        "@alice:localhost: updated at Synapse; devices PHONE",
+        "@bob:localhost: updated at Synapse; devices DESK",
+        "@carol:localhost: not in the user store; devices none",
+    ]
+    assert await session_store.resyncs() == {}
+    # Synapse away: one line, exit 1.
+    await synapse.stop()
+    code, out, err = await run_py(tmp_path, synapse, users_path, "delegation", "sync")
+    assert code == 1 and err.startswith("homeserver: error: Synapse did not take it: provision_user: ") and err.count("\n") == 1, err
+
+
+def test_a_server_starts_before_synapse_and_says_so(start):
+    server = start(
+        _extra=f'[delegation]\nenabled = true\nsynapse_url = "http://127.0.0.1:9"\nsecret = "{SECRET}"\nretry_interval = 0.2\n'
+    )
+    server.wait_log("delegation: Synapse at http://127.0.0.1:9 cannot be reached (query_user: ")
+    assert server.request("/_matrix/client/versions")[0] == 200
+    assert server.request(OPENID)[0] == 200
+    status, body = server.request("/_matrix/client/v3/login", {"type": "m.login.password", "user": "alice", "password": "wonderland"})
+    assert (status, body["errcode"]) == (503, "M_UNKNOWN")
+    assert server.proc.poll() is None
+    assert server.log.read_text().count("delegation: Synapse at http://127.0.0.1:9 cannot be reached") == 1

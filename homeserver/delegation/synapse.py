@@ -170,21 +170,27 @@ class SynapseClient:
         raise SynapseRefused(text, response.code, str(errcode) if errcode else None)
 
     def _problem_seen(self, exc: SynapseError, *, secret: bool = False, api: bool = False) -> SynapseError:
+        """Log the problem in one plain line when it is new (not at every call while it lasts)."""
+        kind = "secret" if secret else "api" if api else "unreachable"
+        if kind == self._problem:
+            return exc
+        self._problem = kind
         if secret:
-            problem = (
-                f"delegation: Synapse at {self.synapse_url} refuses our secret ({exc}): delegation.secret must "
-                "equal its matrix_authentication_service.secret"
+            logger.error(
+                "delegation: Synapse at %s refuses our secret (%s): delegation.secret must equal its "
+                "matrix_authentication_service.secret",
+                self.synapse_url,
+                exc,
             )
         elif api:
-            problem = (
-                f"delegation: Synapse at {self.synapse_url} has no /_synapse/mas/ API ({exc}): set "
-                "matrix_authentication_service.enabled in its config (Synapse 1.136 or newer)"
+            logger.error(
+                "delegation: Synapse at %s has no /_synapse/mas/ API (%s): set matrix_authentication_service.enabled "
+                "in its config (Synapse 1.136 or newer)",
+                self.synapse_url,
+                exc,
             )
         else:
-            problem = f"delegation: Synapse at {self.synapse_url} cannot be reached ({exc}); retrying"
-        if problem != self._problem:
-            self._problem = problem
-            (logger.warning if isinstance(exc, SynapseUnreachable) else logger.error)("%s", problem)
+            logger.warning("delegation: Synapse at %s cannot be reached (%s); retrying", self.synapse_url, exc)
         return exc
 
     def _healthy(self) -> None:
