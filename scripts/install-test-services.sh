@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # Install, from Debian's packages, the servers the Redis and LDAP tests start privately
 # (redis-server; slapd and ldap-utils; openssl for test certificates), and the browser the account
-# page tests drive (chromium, chromium-driver), when missing. Needs root (or sudo).
+# page tests drive (chromium, chromium-driver), and nginx (the reverse proxy in front of Synapse
+# in the delegation tests), when missing. Needs root (or sudo). Then matrix-synapse from PyPI into
+# its cached virtualenv outside the repository (tests/synapse.py), as the user running the tests.
 set -euo pipefail
+cd "$(dirname "$0")/.."
+install_synapse() {
+    python3 tests/synapse.py install
+}
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v slapd >/dev/null 2>&1 || [ -x /usr/sbin/slapd ] || need+=(slapd)
@@ -10,7 +16,9 @@ command -v ldapwhoami >/dev/null 2>&1 || need+=(ldap-utils)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
 if [ ${#need[@]} -eq 0 ]; then
+    install_synapse
     exit 0
 fi
 sudo=""
@@ -19,4 +27,13 @@ sudo=""
 $sudo mkdir -p /etc/ldap && $sudo touch /etc/ldap/noslapd
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
+# Keep the packages' own services (a system-wide nginx on port 80) from starting.
+policy=""
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+    policy=/usr/sbin/policy-rc.d
+    printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
+    $sudo chmod +x "$policy"
+fi
 $sudo apt-get install -y -q --no-install-recommends "${need[@]}"
+[ -z "$policy" ] || $sudo rm -f "$policy"
+install_synapse
