@@ -54,7 +54,7 @@ class ThreadServer:
         synapse_sock, synapse_port = bind_unused_port()
         self.synapse = HTTPServer(fake_synapse_app(self.calls))
         self.synapse.add_sockets([synapse_sock])
-        self.hs.delegation = FakeDelegation(f"http://127.0.0.1:{synapse_port}")  # type: ignore[attr-defined]
+        self.hs.delegation = FakeDelegation(f"http://127.0.0.1:{synapse_port}")  # type: ignore[assignment]
 
     async def _stop(self) -> None:
         self.server.stop()
@@ -239,8 +239,11 @@ def test_sign_out_everywhere_and_keyboard_only(server, driver):
     driver.delete_all_cookies()
     driver.get(server.url + "/account/")
     # Keyboard only: the name field has the focus on arrival; Tab, Enter do the rest.
+    # (autofocus is applied once the page is rendered: wait for it rather than race it)
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    WebDriverWait(driver, 10).until(lambda d: d.switch_to.active_element.get_attribute("id") == "name")
     active = driver.switch_to.active_element
-    assert active.get_attribute("id") == "name"
     submitted(driver, active, "alice", Keys.TAB, "wonderland", Keys.ENTER)
     assert driver.find_element(By.TAG_NAME, "h1").text == "Your sessions"
 
