@@ -127,8 +127,11 @@ class PageSessions:
         self.clock = clock
 
     def fingerprint(self, user: User) -> str:
-        """A keyed digest of what a password change or a replaced account changes."""
-        material = json.dumps([user.name, user.password, user.ident], separators=(",", ":"))
+        """A keyed digest of what a password change or a replaced account changes: the stored
+        hash and ident, and where the store has them the entry's own identity (`uid`) and
+        what changes with a password the directory checks itself (`password_stamp`)."""
+        extra = [getattr(user, "uid", None), getattr(user, "password_stamp", None)]
+        material = json.dumps([user.name, user.password, user.ident, *extra], separators=(",", ":"))
         return hmac.new(self.key, material.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:32]
 
     def new(self, user: User) -> PageSession:
