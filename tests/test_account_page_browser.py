@@ -160,6 +160,9 @@ def test_a_person_manages_their_sessions(server, driver):
     assert driver.find_element(By.TAG_NAME, "h1").text == "Sign in"
     # The name field has its label, and the page tells no JavaScript to run.
     assert driver.find_element(By.CSS_SELECTOR, "label[for=name]").text == "Name or e-mail address"
+    # The stylesheet loads under the page's CSP (the button has its colour, not the browser's grey).
+    button = driver.find_element(By.CSS_SELECTOR, "button[type=submit]")
+    assert button.value_of_css_property("background-color") == "rgba(11, 87, 208, 1)"
     shoot(driver, "01-sign-in")
 
     fill(driver, "name", "alice")
