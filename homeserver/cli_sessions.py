@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import unicodedata
 from typing import Callable
 
 from homeserver.config import Config, load_config
@@ -16,6 +17,27 @@ from homeserver.users import Users
 
 class UnknownTarget(Exception):
     """No such user (in the user store or the session store), or no such device of theirs."""
+
+
+# What clients chose (device ids, display names) is printed escaped, so one device is one
+# line of exactly four tab-separated fields, whatever it holds.
+_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escape_char(char: str) -> str:
+    if char in _ESCAPES:
+        return _ESCAPES[char]
+    if unicodedata.category(char) in ("Cc", "Zl", "Zp"):
+        code = ord(char)
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return char
+
+
+def _field(value: str | None) -> str:
+    """A field of `sessions list`: "-" when empty, control characters and backslashes escaped."""
+    if not value:
+        return "-"
+    return "".join(map(_escape_char, value))
 
 
 def _when(ms: int) -> str:
@@ -49,7 +71,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     async def work(sessions: Sessions, name: str) -> list[str]:
         devices = sorted(await sessions.store.devices(name), key=lambda d: d.device_id)
         return [
-            f"{d.device_id}\t{d.display_name or '-'}\t{d.last_seen_ip or '-'}\t{_when(d.last_seen_ts)}" for d in devices
+            "\t".join((_field(d.device_id), _field(d.display_name), _field(d.last_seen_ip), _when(d.last_seen_ts)))
+            for d in devices
         ]
 
     return _run(config, name, work)
