@@ -35,7 +35,11 @@ def log_request(handler: Any) -> None:
     neither are tokens nor passwords.
     """
     status = handler.get_status()
-    if status < 400:
+    # A handler may say its answer is expected (readiness 503 during a drain).
+    level = getattr(handler, "access_log_level", None)
+    if level is not None:
+        pass
+    elif status < 400:
         level = logging.INFO
     elif status < 500:
         level = logging.WARNING

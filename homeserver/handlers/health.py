@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
 from homeserver.errors import MatrixError
@@ -19,9 +20,16 @@ class LivenessHandler(BaseHandler):
 class ReadinessHandler(BaseHandler):
     """Ready for traffic: the store answers and no shutdown is under way; else 503."""
 
+    access_log_level: int | None = None
+
     async def get(self) -> None:
         if self.hs.inflight.draining:
-            raise MatrixError(503, "M_UNKNOWN", "Shutting down", headers={"Retry-After": "5"})
+            # Expected during every drain: answered here rather than raised, so it is not
+            # logged as a server error, and its access line is INFO, not ERROR.
+            self.access_log_level = logging.INFO
+            self.set_header("Retry-After", "5")
+            self.write_json(MatrixError(503, "M_UNKNOWN", "Shutting down").body(), 503)
+            return
         await self.hs.backend.check_health()
         self.write_json({"status": "ready"})
 
