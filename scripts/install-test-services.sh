@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Install, from Debian's packages, the servers the Redis and LDAP tests start privately
-# (redis-server; slapd and ldap-utils; openssl for test certificates), when missing. Needs root (or sudo).
+# Install, from Debian's packages, what the tests need when it is missing: the servers the
+# Redis and LDAP tests start privately (redis-server; slapd and ldap-utils; openssl for test
+# certificates), and Node.js with npm (the matrix-js-sdk client test installs its package
+# from the npm registry). Needs root (or sudo).
 set -euo pipefail
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v slapd >/dev/null 2>&1 || [ -x /usr/sbin/slapd ] || need+=(slapd)
 command -v ldapwhoami >/dev/null 2>&1 || need+=(ldap-utils)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 if [ ${#need[@]} -eq 0 ]; then
     exit 0
 fi
