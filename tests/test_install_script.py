@@ -46,6 +46,6 @@ def test_node_and_npm_are_installed_when_missing(tmp_path):
 
 
 def test_present_node_and_npm_are_left_alone(tmp_path):
-    code, installs = run_script(tmp_path, ["redis-server", "slapd", "ldapwhoami", "openssl", "node", "npm"])
+    code, installs = run_script(tmp_path, ["redis-server", "slapd", "ldapwhoami", "openssl", "node", "npm", "curl"])
     assert code == 0
     assert all("nodejs" not in line.split() and "npm" not in line.split() for line in installs), installs
