@@ -3,10 +3,10 @@
 
 import sys
 
-if sys.version_info < (3, 11):  # tomllib (homeserver/config.py)
+if sys.version_info < (3, 11):  # noqa: UP036 (tomllib; this line must run on older Pythons to say so)
     sys.exit(f"homeserver: error: Python 3.11 or newer is needed (this is {sys.version.split()[0]})")
 
-from homeserver.cli import main  # noqa: E402
+from homeserver.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -7,7 +7,7 @@ from typing import Any
 
 from backends.base import ConfigError, User, UserBackend, UserExists
 
-__all__ = ["ConfigError", "User", "UserBackend", "UserExists", "register", "known", "create_backend"]
+__all__ = ["ConfigError", "User", "UserBackend", "UserExists", "create_backend", "known", "register"]
 
 # Built-in backends as "module:Class", so Redis and LDAP clients load only when chosen.
 _registry: dict[str, type[UserBackend] | str] = {

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import abc
 import os
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, ClassVar, Collection
+from typing import Any, ClassVar
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +47,7 @@ class UserBackend(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def from_config(cls, options: dict[str, Any], *, config_dir: str) -> "UserBackend":
+    def from_config(cls, options: dict[str, Any], *, config_dir: str) -> UserBackend:
         """Build the backend from its validated `[backend.<name>]` section.
 
         Raise `ConfigError` for a start-up problem (missing file,
@@ -113,7 +114,9 @@ class UserIncomplete(Exception):
 class StoreUnavailable(Exception):
     """The user store cannot be reached or timed out; answered with 503 and Retry-After."""
 
-    def __init__(self, message: str = "User store unavailable", retry_after: int = 5, *, store: str = "user store") -> None:
+    def __init__(
+        self, message: str = "User store unavailable", retry_after: int = 5, *, store: str = "user store"
+    ) -> None:
         super().__init__(message)
         self.retry_after = retry_after
         self.store = store  # which store: "user store" or "session store"

@@ -12,7 +12,8 @@ import logging
 import os
 import pwd
 import tempfile
-from typing import Any, Collection, Iterator
+from collections.abc import Collection, Iterator
+from typing import Any
 
 from tornado.ioloop import PeriodicCallback
 
@@ -241,7 +242,7 @@ class FileBackend(UserBackend):
         self._poller: PeriodicCallback | None = None
 
     @classmethod
-    def from_config(cls, options: dict[str, Any], *, config_dir: str) -> "FileBackend":
+    def from_config(cls, options: dict[str, Any], *, config_dir: str) -> FileBackend:
         path = options["path"]
         return cls(
             resolve_path(path, config_dir),
@@ -289,7 +290,9 @@ class FileBackend(UserBackend):
             signature, users = await loop.run_in_executor(None, read_versioned, self.path, self.check_passwords)
             if isinstance(users, ConfigError):
                 if force or signature != self._bad_signature:
-                    logger.error("users file not reloaded, keeping the %d users loaded before: %s", len(self.users), users)
+                    logger.error(
+                        "users file not reloaded, keeping the %d users loaded before: %s", len(self.users), users
+                    )
                 self._bad_signature = signature
                 return False
             before = len(self.users)

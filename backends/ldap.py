@@ -8,6 +8,7 @@ UserBackend interface.
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any
 
 import ldap3
@@ -15,7 +16,13 @@ import ldap3
 from backends.base import StoreUnavailable, User, UserBackend
 from backends.ldap_mapping import LdapUser, email_filter, entry_user, name_filter
 from backends.ldap_pool import (
-    INVALID_CREDENTIALS, SIZE_LIMIT_EXCEEDED, SUCCESS, TRANSIENT_RESULTS, DirectoryFault, LdapPool, describe,
+    INVALID_CREDENTIALS,
+    SIZE_LIMIT_EXCEEDED,
+    SUCCESS,
+    TRANSIENT_RESULTS,
+    DirectoryFault,
+    LdapPool,
+    describe,
 )
 from backends.ldap_settings import LdapSettings, parse_settings
 
@@ -39,7 +46,7 @@ class LdapBackend(UserBackend):
         self._wanted = list(dict.fromkeys(wanted))
 
     @classmethod
-    def from_config(cls, options: dict[str, Any], *, config_dir: str) -> "LdapBackend":
+    def from_config(cls, options: dict[str, Any], *, config_dir: str) -> LdapBackend:
         return cls(parse_settings(options, config_dir))
 
     # -- the UserBackend interface -----------------------------------------------------
@@ -107,7 +114,7 @@ class LdapBackend(UserBackend):
             return [r for r in conn.response or [] if r.get("type") == "searchResEntry"]
 
         for base in self.settings.bases:
-            entries = self.pool.with_connection("service", deadline, lambda conn: search(conn, base))
+            entries = self.pool.with_connection("service", deadline, partial(search, base=base))
             if entries:
                 return entries
         return []

@@ -10,7 +10,8 @@ import ssl
 import threading
 import time
 import urllib.parse
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import ldap3
 from ldap3.core.exceptions import LDAPException
@@ -111,7 +112,7 @@ class LdapPool:
             # round trips: this bounds the whole of it, queueing included.
             return await asyncio.wait_for(asyncio.wrap_future(future), self.timeout)
         # No logging here: the request handler logs every StoreUnavailable once.
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise StoreUnavailable(f"LDAP directory did not answer within {self.timeout:g} s") from None
         except DirectoryFault as exc:
             raise StoreUnavailable(f"LDAP directory fault: {exc}") from None

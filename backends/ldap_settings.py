@@ -63,7 +63,7 @@ def _check_uri(uri: str) -> str:
     if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
         raise ConfigError(f"backend.ldap.uri: {uri!r} must name only a scheme, a host and a port")
     try:
-        parts.port
+        _ = parts.port  # urllib checks the port only when asked
     except ValueError:
         raise ConfigError(f"backend.ldap.uri: {uri!r} has a bad port") from None
     return f"{parts.scheme.lower()}://{parts.netloc}"

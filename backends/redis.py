@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Collection
+from collections.abc import Collection
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from backends.base import StoreDataError, User, UserBackend, UserExists, UserIncomplete, canonical_email
-from backends.redis_connect import RedisConnection
+from backends.redis_connect import RedisConnection, text
 
 logger = logging.getLogger(__name__)
 
@@ -36,14 +37,16 @@ class RedisBackend(UserBackend):
 
     name = "redis"
 
-    def __init__(self, connection: RedisConnection, key_prefix: str, email_key_prefix: str = "homeserver:email:") -> None:
+    def __init__(
+        self, connection: RedisConnection, key_prefix: str, email_key_prefix: str = "homeserver:email:"
+    ) -> None:
         self.connection = connection
         self.key_prefix = key_prefix
         # `<email_key_prefix><canonical address>`: a set of the names holding the address.
         self.email_key_prefix = email_key_prefix
 
     @classmethod
-    def from_config(cls, options: dict[str, Any], *, config_dir: str) -> "RedisBackend":
+    def from_config(cls, options: dict[str, Any], *, config_dir: str) -> RedisBackend:
         connection = RedisConnection(options, section="backend.redis", store="user store")
         return cls(connection, options["key_prefix"], options["email_key_prefix"])
 
@@ -112,7 +115,7 @@ class RedisBackend(UserBackend):
             names = await self._redis().smembers(index)
         found = []
         for raw in sorted(names):
-            user = await self._lookup(raw.decode("utf-8", "replace"))
+            user = await self._lookup(text(raw))
             if user is not None and user.email is not None and canonical_email(user.email) == address:
                 found.append(user)
         return found
@@ -139,7 +142,7 @@ class RedisBackend(UserBackend):
         if "email" not in keep:
             # The address index lives in other keys (other Cluster slots): kept in separate
             # steps, which is safe because a lookup checks the hash itself.
-            old = canonical_email(old_email.decode("utf-8", "replace")) if old_email else None
+            old = canonical_email(text(old_email)) if old_email else None
             new = canonical_email(user.email) if user.email else None
             with self.connection.errors():
                 if old and old != new:

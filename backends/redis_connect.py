@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any, cast
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
@@ -18,6 +19,11 @@ from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from backends.base import ConfigError, StoreDataError, StoreUnavailable
 
 logger = logging.getLogger(__name__)
+
+
+def text(value: bytes | str) -> str:
+    """A Redis reply as text (replies are bytes unless the client decodes them)."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 class HgetallBatcher:
@@ -65,7 +71,7 @@ class HgetallBatcher:
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return
-        for (_, future), reply in zip(batch, replies):
+        for (_, future), reply in zip(batch, replies, strict=True):
             if future.done():
                 continue
             if isinstance(reply, BaseException):
@@ -101,7 +107,7 @@ class RedisConnection:
         self._sentinel: Sentinel | None = None
         self._batcher: HgetallBatcher | None = None
         try:
-            self.url_kwargs = dict(parse_url(options["url"]))
+            self.url_kwargs: dict[str, Any] = dict(parse_url(options["url"]))
         except ValueError as exc:
             raise ConfigError(f"{section}.url: {exc}") from None
         mode = options["mode"]
@@ -145,7 +151,7 @@ class RedisConnection:
         with self.errors(key):
             if self._batcher is not None:
                 return await self._batcher.hgetall(key)
-            return await self.connect().hgetall(key)
+            return cast("dict[bytes, bytes]", await self.connect().hgetall(key))
 
     def _connection_kwargs(self) -> dict[str, Any]:
         """Bounded timeouts and few retries: a dead Redis turns into a 503 within seconds."""

@@ -16,7 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from common import (
-    BENCH_USER, CAPABILITIES, LOGOUT, PROFILE, ROOT, VERSIONS, WHOAMI, Processes, cpu_seconds, http, require_loopback,
+    BENCH_USER,
+    CAPABILITIES,
+    LOGOUT,
+    PROFILE,
+    ROOT,
+    VERSIONS,
+    WHOAMI,
+    Processes,
+    cpu_seconds,
+    http,
+    require_loopback,
 )
 from servers import get_tokens, hash_once, start_homeserver, write_users
 from targets import Target, target

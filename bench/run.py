@@ -25,17 +25,38 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import (  # noqa: E402 (the bench's own modules, found beside this file)
-    BENCH, CAPABILITIES, INSTALL_WRK, LOGIN, PROFILE, RESULTS, ROOT, SYNAPSE, VENV, VERSIONS, WHOAMI, Processes,
-    descendants, free_port, rss_mb, wait_ready,
+from common import (
+    BENCH,
+    CAPABILITIES,
+    INSTALL_WRK,
+    LOGIN,
+    PROFILE,
+    RESULTS,
+    ROOT,
+    SYNAPSE,
+    VENV,
+    VERSIONS,
+    WHOAMI,
+    Processes,
+    descendants,
+    free_port,
+    rss_mb,
+    wait_ready,
 )
-from phases import bench_logout, bench_redis, bench_store_cost, bench_target  # noqa: E402
-from servers import (  # noqa: E402
-    bcrypt_niceness, checkpw_seconds, get_tokens, hash_once, load_average, machine, pool_capacity, start_homeserver,
+from phases import bench_logout, bench_redis, bench_store_cost, bench_target
+from servers import (
+    bcrypt_niceness,
+    checkpw_seconds,
+    get_tokens,
+    hash_once,
+    load_average,
+    machine,
+    pool_capacity,
+    start_homeserver,
     write_users,
 )
-from targets import Target, target  # noqa: E402
-from wrk import parse_wrk, run_wrk, wrk_command, wrk_env  # noqa: E402
+from targets import Target, target
+from wrk import parse_wrk, run_wrk, wrk_command, wrk_env
 
 THROUGHPUT = (("versions", VERSIONS, False), ("profile", PROFILE, False), ("capabilities", CAPABILITIES, True),
               ("whoami", WHOAMI, True))

@@ -15,7 +15,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import BENCH_PASSWORD, BENCH_USER, LOGIN, LOGIN_BODY, ROOT, SERVER_NAME, Processes, free_port, http, wait_ready
+from common import (
+    BENCH_PASSWORD,
+    BENCH_USER,
+    LOGIN,
+    LOGIN_BODY,
+    ROOT,
+    SERVER_NAME,
+    Processes,
+    free_port,
+    http,
+    wait_ready,
+)
+
 
 def hash_once(cost: int) -> str:
     import bcrypt

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from common import LOGIN_BODY, LUA, cpu_seconds, require_loopback
 
+
 @dataclass
 class WrkResult:
     name: str
@@ -33,7 +34,7 @@ def wrk_command(url: str, duration: float, connections: int, *, token: str | Non
     args = ["wrk", "-t1", f"-c{connections}", f"-d{duration:g}s", f"--timeout={timeout}", "-s", str(LUA)]
     if token:
         args += ["-H", f"Authorization: Bearer {token}"]
-    return args + [url]
+    return [*args, url]
 
 
 def parse_wrk(name: str, url: str, connections: int, output: str) -> WrkResult:

@@ -10,7 +10,7 @@ import os
 import re
 import sys
 import unicodedata
-from typing import Sequence
+from collections.abc import Sequence
 
 from backends.base import User, UserBackend, UserExists, UserIncomplete, canonical_email
 from homeserver import __version__
@@ -129,7 +129,9 @@ def cmd_add_user(args: argparse.Namespace) -> int:
     given = {"ident": args.ident, "display_name": args.display_name, "avatar_url": args.avatar_url, "email": args.email}
     # With --overwrite, every field not given stays as stored, those of User this command
     # has no option for included.
-    keep = [f.name for f in dataclasses.fields(User) if f.name not in ("name", "password") and given.get(f.name) is None]
+    keep = [
+        f.name for f in dataclasses.fields(User) if f.name not in ("name", "password") and given.get(f.name) is None
+    ]
     password = None
     if args.keep_password:
         keep.append("password")

@@ -6,12 +6,13 @@ import argparse
 import asyncio
 import datetime
 import unicodedata
-from typing import Callable
+from collections.abc import Awaitable, Callable
 
 from homeserver.config import Config, load_config
 from homeserver.context import create_backend, create_session_store
+from homeserver.devices import Devices
 from homeserver.names import local_name, user_id
-from homeserver.sessions import REVOKED, Sessions
+from homeserver.sessions import Sessions
 from homeserver.users import Users
 
 
@@ -41,10 +42,12 @@ def _field(value: str | None) -> str:
 
 
 def _when(ms: int) -> str:
-    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-async def _with_sessions(config: Config, name: str, work: Callable[[Sessions, str], "asyncio.Future[list[str]]"]) -> list[str]:
+async def _with_sessions(
+    config: Config, name: str, work: Callable[[Sessions, str], Awaitable[list[str]]]
+) -> list[str]:
     """Open the stores, check that the user is known to one of them, run `work`, close."""
     backend = create_backend(config)
     store = create_session_store(config)
@@ -85,17 +88,17 @@ def cmd_revoke(args: argparse.Namespace) -> int:
 
     async def work(sessions: Sessions, name: str) -> list[str]:
         if args.all:
-            count = await sessions.end_devices(name, None, REVOKED)
+            count = await Devices(sessions).revoke(name, None)
             return [f"revoked {count} sessions of {who}"]
         if await sessions.store.device(name, args.device) is None:
             raise UnknownTarget(f"{who} has no device {args.device!r}")
-        count = await sessions.end_devices(name, [args.device], REVOKED)
+        count = await Devices(sessions).revoke(name, [args.device])
         return [f"revoked {count} sessions of device {args.device} of {who}"]
 
     return _run(config, name, work)
 
 
-def _run(config: Config, name: str, work: Callable[[Sessions, str], "asyncio.Future[list[str]]"]) -> int:
+def _run(config: Config, name: str, work: Callable[[Sessions, str], Awaitable[list[str]]]) -> int:
     lines = asyncio.run(_with_sessions(config, name, work))
     for line in lines:
         print(line)

@@ -6,9 +6,11 @@ import logging
 import os
 import socket
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
+from backends.base import resolve_path
 from homeserver.config_schema import SCHEMA
 from homeserver.errors import ConfigError
 
@@ -50,7 +52,7 @@ class Config:
 
     def resolve_path(self, value: str) -> str:
         """Return a path from the config, taken relative to the config file's folder."""
-        return value if os.path.isabs(value) else os.path.join(self.config_dir, value)
+        return resolve_path(value, self.config_dir)
 
     def log_warnings(self) -> None:
         """Log the warnings found while reading the config (once; call after logging is set up)."""
@@ -250,8 +252,8 @@ def build_config(
     for section, items in _env_overrides(environ, warnings).items():
         for key, raw in items.items():
             apply(section, key, raw, from_env=True)
-    for section, values in (overrides or {}).items():
-        for key, value in values.items():
+    for section, overridden in (overrides or {}).items():
+        for key, value in overridden.items():
             if value is not None:
                 apply(section, key, value, from_env=False)
 

@@ -11,9 +11,11 @@ from backends.base import UserBackend
 from backends.sessions.base import SessionStore
 from homeserver.auth import Auth
 from homeserver.config import Config
+from homeserver.devices import Devices
 from homeserver.documents import Documents
 from homeserver.drain import InFlight
-from homeserver.metrics import InstrumentedBackend, Metrics
+from homeserver.login import LoginService
+from homeserver.metrics import Metrics
 from homeserver.passwords import PasswordChecker
 from homeserver.proxies import ClientAddress
 from homeserver.ratelimit import LoginLimits
@@ -27,7 +29,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class HomeServer:
-    """Config, the user store, sessions, tokens and auth, the password pool, documents, limits, metrics."""
+    """Config, the user store, sessions, tokens and auth, the password pool, documents, limits, metrics;
+    and the services the handlers call: auth, UIA, login, devices."""
 
     config: Config
     backend: UserBackend
@@ -44,11 +47,23 @@ class HomeServer:
     users: Users = field(init=False)
     auth: Auth = field(init=False)
     uia: UserInteractiveAuth = field(init=False)
+    login: LoginService = field(init=False)
+    devices: Devices = field(init=False)
 
     def __post_init__(self) -> None:
-        self.users = Users(self.backend)
+        self.users = Users(self.backend, self.metrics)
         self.auth = Auth(self.tokens, self.sessions, self.users, self.server_name)
         self.uia = UserInteractiveAuth(self.tokens.secret, self.users, self.checker, self.limits, self.server_name)
+        self.login = LoginService(
+            users=self.users,
+            tokens=self.tokens,
+            checker=self.checker,
+            sessions=self.sessions,
+            server_name=self.server_name,
+            limits=self.limits,
+            metrics=self.metrics,
+        )
+        self.devices = Devices(self.sessions, self.uia)
 
     @property
     def server_name(self) -> str:
@@ -79,7 +94,9 @@ def create_backend(config: Config) -> UserBackend:
 def create_session_store(config: Config) -> SessionStore:
     """Build (not start) the session store `[sessions] store` names."""
     kind = config.get("sessions", "store")
-    return backends.sessions.create_session_store(kind, dict(config.section(f"sessions.{kind}")), config_dir=config.config_dir)
+    return backends.sessions.create_session_store(
+        kind, dict(config.section(f"sessions.{kind}")), config_dir=config.config_dir
+    )
 
 
 def build_homeserver(
@@ -88,8 +105,6 @@ def build_homeserver(
     """Assemble the context; the backend and the session store are started separately (`start()`)."""
     backend = backend if backend is not None else create_backend(config)
     metrics = Metrics() if config.get("metrics", "enabled") else None
-    if metrics is not None:
-        backend = InstrumentedBackend(backend, metrics)
     session_store = session_store if session_store is not None else create_session_store(config)
     limits = LoginLimits.from_config(config.section("rate_limit"), shared=session_store)
     if metrics is not None:

@@ -1,17 +1,53 @@
-"""Deleting devices: User-Interactive Auth first, then every session of those devices ends."""
+"""Devices and the end of sessions: listing, renaming, logout, deletion behind UIA, revocation, the sweep.
+
+Every way a session ends goes through `Devices`, so whatever must follow an end (metrics,
+and with delegation the device at Synapse) is done in one place.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from typing import Any
+import logging
+import random
+from typing import TYPE_CHECKING, Any
 
-from homeserver.auth import Requester
-from homeserver.errors import invalid_param, missing_param
-from homeserver.sessions import DEVICE_DELETED, Sessions
-from homeserver.uia import UserInteractiveAuth
+from backends.base import StoreUnavailable
+from backends.sessions.base import Device, Session
+from homeserver.errors import M_NOT_FOUND, MatrixError, invalid_param, missing_param
+from homeserver.login_request import MAX_DISPLAY_NAME
+from homeserver.sessions import (
+    DEVICE_DELETED,
+    LOGOUT,
+    LOGOUT_ALL,
+    REVOKED,
+    USER_REMOVED,
+    Sessions,
+)
+
+if TYPE_CHECKING:
+    from homeserver.auth import Requester
+    from homeserver.uia import UserInteractiveAuth
+    from homeserver.users import Users
+
+logger = logging.getLogger(__name__)
 
 # More device IDs than anyone has, in one request, is a mistake or an attack.
 MAX_DEVICES = 1000
+
+
+def device_body(device: Device) -> dict[str, Any]:
+    """A device as v1.12 shows it: all four keys, never null (matrix-nio needs every one)."""
+    return {
+        "device_id": device.device_id,
+        "display_name": device.display_name,
+        "last_seen_ip": device.last_seen_ip,
+        "last_seen_ts": device.last_seen_ts,
+    }
+
+
+def no_device() -> MatrixError:
+    return MatrixError(404, M_NOT_FOUND, "Device not found")
 
 
 def device_list(body: dict[str, Any]) -> list[str]:
@@ -26,14 +62,102 @@ def device_list(body: dict[str, Any]) -> list[str]:
     return devices
 
 
-async def delete_devices(
-    sessions: Sessions, uia: UserInteractiveAuth, requester: Requester, body: dict[str, Any], device_ids: list[str]
-) -> None:
-    """End every session of these devices of the requester, once UIA is passed.
+def display_name_of(body: dict[str, Any]) -> str | None:
+    """The `display_name` of PUT /devices/{id}: a bounded string, or None when not given."""
+    name = body.get("display_name")
+    if name is not None and not isinstance(name, str):
+        raise invalid_param("display_name", "a string")
+    if name is not None and len(name) > MAX_DISPLAY_NAME:
+        raise invalid_param("display_name", f"at most {MAX_DISPLAY_NAME} characters")
+    return name
 
-    Devices that do not exist (or were deleted before) are no error, as v1.12 says.
-    """
-    operation = "delete_devices " + json.dumps(sorted(set(device_ids)))
-    await uia.check(requester, body, operation)
-    if device_ids:
-        await sessions.end_devices(requester.user.name, device_ids, DEVICE_DELETED)
+
+class Devices:
+    """A user's devices, and every way their sessions end."""
+
+    def __init__(self, sessions: Sessions, uia: UserInteractiveAuth | None = None) -> None:
+        self.sessions = sessions
+        self.uia = uia
+        self._missing: set[str] = set()  # users found missing by the last sweep
+
+    # -- reading and renaming -----------------------------------------------------
+
+    async def list_devices(self, user: str) -> list[Device]:
+        """The user's devices with an open session, by device id."""
+        return sorted(await self.sessions.store.devices(user), key=lambda d: d.device_id)
+
+    async def get(self, user: str, device_id: str) -> Device:
+        device = await self.sessions.store.device(user, device_id)
+        if device is None:
+            raise no_device()
+        return device
+
+    async def rename(self, user: str, device_id: str, display_name: str | None) -> None:
+        """A new display name, or none given (nothing changes); 404 for a device the user lacks."""
+        if display_name is None:
+            await self.get(user, device_id)
+            return
+        if not await self.sessions.store.rename_device(user, device_id, display_name):
+            raise no_device()
+
+    # -- ending sessions ----------------------------------------------------------
+
+    async def logout(self, session: Session) -> None:
+        """POST /logout: end the session of the token used (other sessions of its device stay)."""
+        await self.sessions.end(session, LOGOUT)
+
+    async def logout_all(self, user: str) -> int:
+        """POST /logout/all: end every session of the user."""
+        return await self.end(user, None, LOGOUT_ALL)
+
+    async def delete(self, requester: Requester, body: dict[str, Any], device_ids: list[str]) -> None:
+        """DELETE /devices/{id}, POST /delete_devices: UIA first, then every session of those devices ends.
+
+        Devices that do not exist (or were deleted before) are no error, as v1.12 says.
+        """
+        if self.uia is None:
+            raise RuntimeError("device deletion needs user-interactive auth")
+        operation = "delete_devices " + json.dumps(sorted(set(device_ids)))
+        await self.uia.check(requester, body, operation)
+        if device_ids:
+            await self.end(requester.user.name, device_ids, DEVICE_DELETED)
+
+    async def revoke(self, user: str, device_ids: list[str] | None) -> int:
+        """`run.py sessions revoke`: end one device's sessions, or all of the user's."""
+        return await self.end(user, device_ids, REVOKED)
+
+    async def end(self, user: str, device_ids: list[str] | None, reason: str) -> int:
+        """End every session of these devices (None: all the user's); the count ended."""
+        return await self.sessions.end_devices(user, device_ids, reason)
+
+    # -- upkeep -------------------------------------------------------------------
+
+    async def sweep_removed_users(self, users: Users) -> int:
+        """End the sessions of users gone from the user store in two sweeps running; the count ended.
+
+        Their tokens are refused at once anyway (the auth step looks the user up); waiting
+        for a second sweep only keeps a passing glitch of the store (a directory answering
+        "no such entry" for a minute) from ending everybody's sessions.
+        """
+        ended = 0
+        missing = set()
+        for name in await self.sessions.store.users():
+            if await users.get(name) is None:
+                missing.add(name)
+                if name in self._missing:
+                    ended += await self.end(name, None, USER_REMOVED)
+        self._missing = missing
+        if ended:
+            logger.info("ended %d sessions of users removed from the user store", ended)
+        return ended
+
+    async def sweep_forever(self, users: Users, interval: float) -> None:
+        """Sweep every `interval` seconds (jittered, so workers spread out) until cancelled."""
+        while True:
+            await asyncio.sleep(interval * random.uniform(0.9, 1.1))
+            try:
+                await self.sweep_removed_users(users)
+            except StoreUnavailable as exc:
+                logger.warning("session sweep skipped: %s", exc)
+            except Exception:
+                logger.exception("session sweep failed")

@@ -21,7 +21,7 @@ class Documents:
     capabilities: bytes
 
     @classmethod
-    def from_config(cls, config: Config) -> "Documents":
+    def from_config(cls, config: Config) -> Documents:
         server = config.section("server")
         support = config.section("support")
         base_url = server["base_url"].rstrip("/")

@@ -7,7 +7,7 @@ import logging
 import time
 from typing import Any
 
-from homeserver.errors import MatrixError
+from homeserver.errors import MatrixError, shutting_down
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class InFlight:
         Better for a client than a connection reset: it knows to retry elsewhere. Without
         this, Tornado would answer 500 when the shutdown cancels the handler's task.
         """
-        error = MatrixError(503, "M_UNKNOWN", "The server is shutting down", headers={"Retry-After": "1"})
+        error = shutting_down()
         answered = 0
         for handler in list(self.handlers):
             if handler._finished:  # Tornado has no public flag for this

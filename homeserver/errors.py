@@ -1,22 +1,57 @@
-"""Matrix errors raised anywhere and turned into JSON bodies by the base handler."""
+"""Matrix errors raised anywhere and turned into JSON bodies by the base handler.
+
+The error codes, and the errors more than one place raises, are named here once.
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 # The store layer's exceptions; the service maps them to Matrix errors (store_unavailable).
 from backends.base import ConfigError, StoreDataError, StoreUnavailable
 
 __all__ = [
+    "M_BAD_JSON",
+    "M_FORBIDDEN",
+    "M_INVALID_PARAM",
+    "M_LIMIT_EXCEEDED",
+    "M_MISSING_PARAM",
+    "M_MISSING_TOKEN",
+    "M_NOT_FOUND",
+    "M_NOT_JSON",
+    "M_TOO_LARGE",
+    "M_UNKNOWN",
+    "M_UNKNOWN_TOKEN",
+    "M_UNRECOGNIZED",
+    "M_USER_LOCKED",
     "ConfigError",
     "MatrixError",
     "StoreDataError",
     "StoreUnavailable",
     "invalid_param",
+    "limit_exceeded",
     "missing_param",
+    "shutting_down",
     "store_unavailable",
+    "too_large",
     "unknown_token",
+    "unrecognized",
 ]
+
+M_BAD_JSON = "M_BAD_JSON"
+M_FORBIDDEN = "M_FORBIDDEN"
+M_INVALID_PARAM = "M_INVALID_PARAM"
+M_LIMIT_EXCEEDED = "M_LIMIT_EXCEEDED"
+M_MISSING_PARAM = "M_MISSING_PARAM"
+M_MISSING_TOKEN = "M_MISSING_TOKEN"
+M_NOT_FOUND = "M_NOT_FOUND"
+M_NOT_JSON = "M_NOT_JSON"
+M_TOO_LARGE = "M_TOO_LARGE"
+M_UNKNOWN = "M_UNKNOWN"
+M_UNKNOWN_TOKEN = "M_UNKNOWN_TOKEN"
+M_UNRECOGNIZED = "M_UNRECOGNIZED"
+M_USER_LOCKED = "M_USER_LOCKED"
 
 
 class MatrixError(Exception):
@@ -44,21 +79,46 @@ class MatrixError(Exception):
 
 
 def missing_param(name: str) -> MatrixError:
-    return MatrixError(400, "M_MISSING_PARAM", f"Missing parameter: {name}")
+    return MatrixError(400, M_MISSING_PARAM, f"Missing parameter: {name}")
 
 
 def invalid_param(name: str, expected: str) -> MatrixError:
-    return MatrixError(400, "M_INVALID_PARAM", f"Parameter {name} must be {expected}")
+    return MatrixError(400, M_INVALID_PARAM, f"Parameter {name} must be {expected}")
+
+
+def unrecognized(status: int = 404) -> MatrixError:
+    """An unknown path (404) or a method the path does not take (405)."""
+    return MatrixError(status, M_UNRECOGNIZED, "Unrecognized request")
+
+
+def too_large(limit: int) -> MatrixError:
+    return MatrixError(413, M_TOO_LARGE, f"Request body is larger than {limit} bytes")
+
+
+def limit_exceeded(seconds: float) -> MatrixError:
+    """The 429 answer, with the wait both in the body and as a Retry-After header."""
+    return MatrixError(
+        429,
+        M_LIMIT_EXCEEDED,
+        "Too many requests",
+        headers={"Retry-After": str(max(1, math.ceil(seconds)))},
+        retry_after_ms=max(1, math.ceil(seconds * 1000)),
+    )
 
 
 def unknown_token(message: str = "Unrecognised access token.", *, soft_logout: bool = False) -> MatrixError:
-    return MatrixError(401, "M_UNKNOWN_TOKEN", message, soft_logout=soft_logout)
+    return MatrixError(401, M_UNKNOWN_TOKEN, message, soft_logout=soft_logout)
 
 
 def store_unavailable(exc: StoreUnavailable) -> MatrixError:
     return MatrixError(
         503,
-        "M_UNKNOWN",
+        M_UNKNOWN,
         f"The {exc.store} is temporarily unavailable, try again later",
         headers={"Retry-After": str(exc.retry_after)},
     )
+
+
+def shutting_down(retry_after: int = 1) -> MatrixError:
+    """503 while the server drains: readiness and requests cut off by the drain timeout."""
+    return MatrixError(503, M_UNKNOWN, "The server is shutting down", headers={"Retry-After": str(retry_after)})

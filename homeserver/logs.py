@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
@@ -78,7 +78,7 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
             "pid": record.process,
@@ -88,7 +88,7 @@ class JsonFormatter(logging.Formatter):
         if rid != "-":
             entry["request_id"] = rid
         if record.name == access_log.name and isinstance(record.args, tuple) and len(record.args) == len(ACCESS_FIELDS):
-            entry.update(zip(ACCESS_FIELDS, record.args))
+            entry.update(zip(ACCESS_FIELDS, record.args, strict=True))
             entry["duration_ms"] = round(entry["duration_ms"], 2)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
@@ -107,7 +107,7 @@ class TextFormatter(logging.Formatter):
         second = int(record.created)
         if second != self._second:
             self._second, self._text = second, time.strftime(self.default_time_format, self.converter(record.created))
-        return self.default_msec_format % (self._text, record.msecs)
+        return (self.default_msec_format or "%s,%03d") % (self._text, record.msecs)
 
 
 def text_formatter() -> TextFormatter:

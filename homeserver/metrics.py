@@ -1,15 +1,12 @@
-"""Prometheus metrics: requests by handler and status, login outcomes, backend calls."""
+"""Prometheus metrics: requests by handler and status, login outcomes, backend calls, sessions."""
 
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.exposition import choose_encoder
-
-from backends.base import User, UserBackend
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +69,7 @@ class Metrics:
         )
         # Label children are looked up once per key: labels() costs more than inc().
         self._request_children: dict[tuple[type, str, int], tuple[Any, Any]] = {}
+        self._backend_children: dict[tuple[str, str], tuple[Any, Any]] = {}
 
     def observe_request(self, handler: Any) -> None:
         """Count a finished request; Tornado calls this once per request (log_function)."""
@@ -85,6 +83,19 @@ class Metrics:
                 self._request_children[key] = children
         children[0].inc()
         children[1].observe(handler.request.request_time())
+
+    def observe_backend(self, backend: str, operation: str, seconds: float, failed: bool) -> None:
+        """Time one user-backend call (homeserver.users, the one door to the backend)."""
+        children = self._backend_children.get((backend, operation))
+        if children is None:
+            children = (
+                self.backend_latency.labels(backend, operation),
+                self.backend_errors.labels(backend, operation),
+            )
+            self._backend_children[(backend, operation)] = children
+        children[0].observe(seconds)
+        if failed:
+            children[1].inc()
 
     def observe_login(self, outcome: str) -> None:
         self.logins.labels(outcome).inc()
@@ -102,64 +113,3 @@ class Metrics:
         """Return the exposition body and its content type, honouring OpenMetrics in Accept."""
         encoder, content_type = choose_encoder(accept or "")
         return encoder(self.registry), content_type
-
-
-class InstrumentedBackend(UserBackend):
-    """Wrap a backend to time its calls and count its errors; everything else passes through."""
-
-    def __init__(self, inner: UserBackend, metrics: Metrics) -> None:
-        self.inner = inner
-        self.name = inner.name  # type: ignore[misc]
-        self._latency = {
-            op: metrics.backend_latency.labels(inner.name, op) for op in ("get_user", "verify_password", "check_health")
-        }
-        self._errors = {
-            op: metrics.backend_errors.labels(inner.name, op) for op in ("get_user", "verify_password", "check_health")
-        }
-
-    @classmethod
-    def from_config(cls, options: dict[str, Any], *, config_dir: str) -> "InstrumentedBackend":
-        raise TypeError("InstrumentedBackend wraps a built backend; it is not configured directly")
-
-    def _done(self, op: str, started: float, failed: bool) -> None:
-        self._latency[op].observe(time.perf_counter() - started)
-        if failed:
-            self._errors[op].inc()
-
-    async def start(self) -> None:
-        await self.inner.start()
-
-    async def get_user(self, name: str, *, case_insensitive: bool = False) -> User | None:
-        started, failed = time.perf_counter(), True
-        try:
-            user = await self.inner.get_user(name, case_insensitive=case_insensitive)
-            failed = False
-            return user
-        finally:
-            self._done("get_user", started, failed)
-
-    async def verify_password(self, user: User, password: str) -> bool | None:
-        started, failed = time.perf_counter(), True
-        try:
-            verdict = await self.inner.verify_password(user, password)
-            failed = False
-            return verdict
-        finally:
-            self._done("verify_password", started, failed)
-
-    async def check_health(self) -> None:
-        started, failed = time.perf_counter(), True
-        try:
-            await self.inner.check_health()
-            failed = False
-        finally:
-            self._done("check_health", started, failed)
-
-    async def reload(self) -> bool:
-        return await self.inner.reload()
-
-    async def add_user(self, user: User, *, overwrite: bool = False) -> None:
-        await self.inner.add_user(user, overwrite=overwrite)
-
-    async def close(self) -> None:
-        await self.inner.close()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import binascii
 import concurrent.futures
 import logging
 import os
@@ -26,14 +25,6 @@ class HashDecodeError(Exception):
 def password_bytes(password: str) -> bytes:
     """Return the bytes bcrypt sees: UTF-8 (lone surrogates kept), cut to 72 bytes."""
     return password.encode("utf-8", "surrogatepass")[:MAX_PASSWORD_BYTES]
-
-
-def decode_stored(stored: str) -> bytes:
-    """Decode the stored hex text into the bcrypt hash bytes (rule 4)."""
-    try:
-        return binascii.a2b_hex(stored)
-    except (binascii.Error, ValueError):
-        raise HashDecodeError("stored password is not hex text") from None
 
 
 def check(password: str, hashed: bytes) -> bool:
@@ -90,6 +81,7 @@ class PasswordChecker:
         if self.pending >= self.max_pending:
             raise Overloaded()
         self.pending += 1
+        logger.debug("password check queued (%d pending)", self.pending)
         try:
             return await asyncio.get_running_loop().run_in_executor(self._pool, check, password, hashed)
         finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-from typing import Iterable
+from collections.abc import Iterable
 
 from tornado.httputil import HTTPServerRequest
 

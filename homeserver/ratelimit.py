@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import time
-from typing import Any, Callable, Mapping, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
-from homeserver.errors import MatrixError, StoreUnavailable
+from homeserver.errors import StoreUnavailable, limit_exceeded
 
 logger = logging.getLogger(__name__)
 
@@ -81,18 +81,6 @@ class TokenBuckets:
         return 0.0
 
 
-def limit_exceeded(seconds: float) -> MatrixError:
-    """The 429 answer, with the wait both in the body and as a Retry-After header."""
-    ms = max(1, math.ceil(seconds * 1000))
-    return MatrixError(
-        429,
-        "M_LIMIT_EXCEEDED",
-        "Too many requests",
-        headers={"Retry-After": str(max(1, math.ceil(seconds)))},
-        retry_after_ms=ms,
-    )
-
-
 def store_key(kind: str, key: str) -> str:
     """A bucket's key in the shared store: always UTF-8 text, never long.
 
@@ -145,7 +133,7 @@ class LoginLimits:
     @classmethod
     def from_config(
         cls, section: Mapping[str, Any], clock: Clock = time.monotonic, shared: SharedBuckets | None = None
-    ) -> "LoginLimits":
+    ) -> LoginLimits:
         """Build from the validated `[rate_limit]` section; all off when `enabled = false`."""
         if not section["enabled"]:
             return cls()

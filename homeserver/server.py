@@ -7,13 +7,19 @@ import logging
 import os
 import signal
 import socket
-from typing import Any, Coroutine
+from collections.abc import Coroutine
+from typing import Any
 
 from tornado.httpserver import HTTPServer
 
 from homeserver.app import make_app, make_metrics_app
 from homeserver.config import Config
-from homeserver.context import HomeServer, build_homeserver, create_backend, create_session_store
+from homeserver.context import (
+    HomeServer,
+    build_homeserver,
+    create_backend,
+    create_session_store,
+)
 from homeserver.drain import InFlight
 from homeserver.errors import ConfigError
 from homeserver.listen import Listeners, bind_listeners
@@ -117,7 +123,7 @@ async def serve(config: Config, listeners: Listeners, worker: int | None = None,
         raise
     hs = build_homeserver(config, backend, session_store)
     sweeper = asyncio.ensure_future(
-        hs.sessions.sweep_forever(hs.users, config.get("sessions", "sweep_interval"))
+        hs.devices.sweep_forever(hs.users, config.get("sessions", "sweep_interval"))
     )
     server_cfg = config.section("server")
     # Handlers that take a body stream it and answer 413 themselves; this bound only caps

@@ -5,18 +5,16 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import random
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from backends.base import StoreUnavailable
-from backends.sessions.base import Device, Session, SessionStore
-from homeserver.errors import MatrixError, unknown_token
-from homeserver.login_request import MAX_DISPLAY_NAME
+from backends.sessions.base import Session, SessionStore
+from homeserver.errors import unknown_token
 
 if TYPE_CHECKING:
     from homeserver.metrics import Metrics
-    from homeserver.users import Users
 
 logger = logging.getLogger(__name__)
 
@@ -38,20 +36,6 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def device_body(device: Device) -> dict[str, Any]:
-    """A device as v1.12 shows it: all four keys, never null (matrix-nio needs every one)."""
-    return {
-        "device_id": device.device_id,
-        "display_name": device.display_name,
-        "last_seen_ip": device.last_seen_ip,
-        "last_seen_ts": device.last_seen_ts,
-    }
-
-
-def no_device() -> MatrixError:
-    return MatrixError(404, "M_NOT_FOUND", "Device not found")
-
-
 class Sessions:
     """Open, check, list and end sessions in the configured session store.
 
@@ -65,7 +49,7 @@ class Sessions:
         *,
         lifetime: int = 0,
         touch_interval: float = 60.0,
-        metrics: "Metrics | None" = None,
+        metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
@@ -74,7 +58,6 @@ class Sessions:
         self.metrics = metrics
         self.clock = clock
         self._touched: dict[str, float] = {}
-        self._missing: set[str] = set()  # users found missing by the last sweep
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- login and the auth step --------------------------------------------------
@@ -140,10 +123,10 @@ class Sessions:
         if self.metrics is not None and count:
             self.metrics.observe_sessions_ended(reason, count)
 
-    async def logout(self, session: Session) -> None:
-        """End the session of the token used (other sessions of its device stay)."""
+    async def end(self, session: Session, reason: str) -> None:
+        """End one session (the token used, on logout); other sessions of its device stay."""
         if await self.store.end(session.user, session.token_hash):
-            self._ended(LOGOUT, 1)
+            self._ended(reason, 1)
         self._touched.pop(session.token_hash, None)
 
     async def end_devices(self, user: str, device_ids: list[str] | None, reason: str) -> int:
@@ -151,66 +134,6 @@ class Sessions:
         count = await self.store.end_devices(user, device_ids)
         self._ended(reason, count)
         return count
-
-    # -- devices ------------------------------------------------------------------
-
-    async def devices(self, user: str) -> dict[str, Any]:
-        devices = await self.store.devices(user)
-        return {"devices": [device_body(d) for d in sorted(devices, key=lambda d: d.device_id)]}
-
-    async def device(self, user: str, device_id: str) -> dict[str, Any]:
-        device = await self.store.device(user, device_id)
-        if device is None:
-            raise no_device()
-        return device_body(device)
-
-    async def rename_device(self, user: str, device_id: str, body: dict[str, Any]) -> None:
-        """PUT /devices/{id}: a new display name, or none given (nothing changes); 404 if unknown."""
-        name = body.get("display_name")
-        if name is not None and not isinstance(name, str):
-            raise MatrixError(400, "M_INVALID_PARAM", "Parameter display_name must be a string")
-        if name is not None and len(name) > MAX_DISPLAY_NAME:
-            raise MatrixError(
-                400, "M_INVALID_PARAM", f"Parameter display_name must be at most {MAX_DISPLAY_NAME} characters"
-            )
-        if name is None:
-            if await self.store.device(user, device_id) is None:
-                raise no_device()
-            return
-        if not await self.store.rename_device(user, device_id, name):
-            raise no_device()
-
-    # -- upkeep -------------------------------------------------------------------
-
-    async def sweep_removed_users(self, users: "Users") -> int:
-        """End the sessions of users gone from the user store in two sweeps running; the count ended.
-
-        Their tokens are refused at once anyway (the auth step looks the user up); waiting
-        for a second sweep only keeps a passing glitch of the store (a directory answering
-        "no such entry" for a minute) from ending everybody's sessions.
-        """
-        ended = 0
-        missing = set()
-        for name in await self.store.users():
-            if await users.get(name) is None:
-                missing.add(name)
-                if name in self._missing:
-                    ended += await self.end_devices(name, None, USER_REMOVED)
-        self._missing = missing
-        if ended:
-            logger.info("ended %d sessions of users removed from the user store", ended)
-        return ended
-
-    async def sweep_forever(self, users: "Users", interval: float) -> None:
-        """Sweep every `interval` seconds (jittered, so workers spread out) until cancelled."""
-        while True:
-            await asyncio.sleep(interval * random.uniform(0.9, 1.1))
-            try:
-                await self.sweep_removed_users(users)
-            except StoreUnavailable as exc:
-                logger.warning("session sweep skipped: %s", exc)
-            except Exception:
-                logger.exception("session sweep failed")
 
     async def close(self) -> None:
         for task in list(self._tasks):

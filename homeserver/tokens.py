@@ -6,8 +6,8 @@ import logging
 import os
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from jose import jwt
 from jose.exceptions import ExpiredSignatureError, JOSEError, JWTClaimsError

@@ -1,11 +1,19 @@
-"""The service's one door to the user store: the name guard, then the configured backend."""
+"""The service's one door to the user store: the name guard, the backend's metrics, then the backend."""
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, TypeVar
 
 from backends.base import User, UserBackend, canonical_email
 from homeserver.names import possible_name
+
+if TYPE_CHECKING:
+    from homeserver.metrics import Metrics
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -14,17 +22,34 @@ MAX_REPORTED = 10_000
 
 
 class Users:
-    """Look users up in the backend, never passing it a name no account can have."""
+    """Look users up in the backend, never passing it a name no account can have.
 
-    def __init__(self, backend: UserBackend) -> None:
+    Every call the service makes to the backend passes here, so with metrics on each is
+    timed and its failures counted by operation, whatever the backend offers: there is no
+    second implementation of the backend interface to fall behind it.
+    """
+
+    def __init__(self, backend: UserBackend, metrics: Metrics | None = None) -> None:
         self.backend = backend
+        self.metrics = metrics
         self._reported: set[tuple[str, str | None]] = set()
+
+    async def _call(self, operation: str, call: Awaitable[T]) -> T:
+        if self.metrics is None:
+            return await call
+        started, failed = time.perf_counter(), True
+        try:
+            result = await call
+            failed = False
+            return result
+        finally:
+            self.metrics.observe_backend(self.backend.name, operation, time.perf_counter() - started, failed)
 
     async def get(self, name: str, *, case_insensitive: bool = False) -> User | None:
         """Return the user named `name` (exactly, or by the backend's case-insensitive rule)."""
         if not possible_name(name):
             return None
-        return await self.backend.get_user(name, case_insensitive=case_insensitive)
+        return await self._call("get_user", self.backend.get_user(name, case_insensitive=case_insensitive))
 
     async def by_email(self, address: str) -> list[User]:
         """Every user holding the address (matched without regard to case); [] for text no
@@ -32,11 +57,15 @@ class Users:
         canonical = canonical_email(address) if possible_name(address) else None
         if canonical is None:
             return []
-        return await self.backend.get_users_by_email(canonical)
+        return await self._call("get_users_by_email", self.backend.get_users_by_email(canonical))
 
     async def verify_password(self, user: User, password: str) -> bool | None:
         """Let a backend that checks passwords itself (LDAP bind) answer; None otherwise."""
-        return await self.backend.verify_password(user, password)
+        return await self._call("verify_password", self.backend.verify_password(user, password))
+
+    async def check_health(self) -> None:
+        """Raise StoreUnavailable when the user store cannot answer (readiness)."""
+        await self._call("check_health", self.backend.check_health())
 
     def report_unusable_password(self, user: User, why: str) -> None:
         """Log an operator error for a stored password that cannot be used, once per user and value.

@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
 
@@ -138,9 +138,9 @@ def run_workers(count: int, target: Callable[[int], int]) -> int:
             pid, status = os.wait()  # a signal handler runs, then the wait resumes (PEP 475)
         except ChildProcessError:
             break
-        index = children.pop(pid, None)
-        if index is None:
+        if pid not in children:
             continue
+        index = children.pop(pid)
         code = os.waitstatus_to_exitcode(status)
         if stopping:
             if code != 0:

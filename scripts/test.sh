@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run the whole test suite in its own virtualenv (.venv), installing what it needs first.
+# Lint, type-check and run the whole test suite in its own virtualenv (.venv), installing what it needs first.
 # Extra arguments go to pytest, e.g. scripts/test.sh tests/handlers -x
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,4 +13,7 @@ if [ "$(cat .venv/.requirements 2>/dev/null)" != "$want" ]; then
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
     echo "$want" > .venv/.requirements
 fi
+# Lint (ruff) and type-check (mypy) first: code either flags is refused before any test runs.
+.venv/bin/ruff check --no-cache .
+.venv/bin/mypy
 exec .venv/bin/python -m pytest "$@"

@@ -7,13 +7,14 @@ file holds), `config_overrides` ({section: {key: value}}), or `backend` itself.
 from __future__ import annotations
 
 import json
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
 from homeserver.app import make_app
-from homeserver.context import build_homeserver, create_backend, create_session_store
 from homeserver.config import Config, build_config
+from homeserver.context import build_homeserver, create_backend, create_session_store
 from tests.helpers import DEFAULT_USERS, JWT_SECRET, TEST_ROUNDS, Response, assert_json
 from tests.servers import ServerProcess
 

@@ -10,7 +10,14 @@ import pytest
 from mautrix.client import Client as MautrixClient
 from mautrix.errors import MForbidden, MNotFound, MUnknownToken
 from mautrix.types import LoginType, UserID
-from nio import AsyncClient, DiscoveryInfoResponse, LoginError, LoginResponse, ProfileGetError, ProfileGetResponse
+from nio import (
+    AsyncClient,
+    DiscoveryInfoResponse,
+    LoginError,
+    LoginResponse,
+    ProfileGetError,
+    ProfileGetResponse,
+)
 
 from tests.helpers import ci
 
@@ -163,8 +170,14 @@ async def test_matrix_js_sdk(base, http_server, js_sdk):
 
 async def test_matrix_nio_sessions(base, http_server):
     """nio logs in on two devices, lists them, renames one, deletes one through UIA, logs out."""
-    from nio import DeleteDevicesAuthResponse, DeleteDevicesResponse, DevicesResponse, LogoutResponse
-    from nio import UpdateDeviceResponse, WhoamiError
+    from nio import (
+        DeleteDevicesAuthResponse,
+        DeleteDevicesResponse,
+        DevicesResponse,
+        LogoutResponse,
+        UpdateDeviceResponse,
+        WhoamiError,
+    )
 
     phone = AsyncClient(base, "@alice:localhost", device_id="PHONE")
     laptop = AsyncClient(base, "@alice:localhost", device_id="LAPTOP")

@@ -4,8 +4,8 @@ import logging
 
 import pytest
 
-from homeserver.context import create_backend
 from homeserver.config import DEFAULT_CONFIG, build_config, load_config
+from homeserver.context import create_backend
 from homeserver.errors import ConfigError
 
 

@@ -60,5 +60,5 @@ def test_uvloop_choice_without_uvloop_is_a_config_error(monkeypatch):
 
 
 def test_bad_event_loop_value_is_refused(make_config):
-    with pytest.raises(ConfigError, match="server.event_loop"):
+    with pytest.raises(ConfigError, match=r"server\.event_loop"):
         make_config({"server": {"event_loop": "trio"}})

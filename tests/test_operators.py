@@ -158,6 +158,7 @@ def test_shipped_config_follows_the_port_flag(tmp_path):
     server = Server(env=env)  # run.py --port N on conf/homeserver.toml
     try:
         status, client = call(server.port, "/.well-known/matrix/client")
+        assert status == 200
         assert client["m.homeserver"] == {"base_url": f"http://localhost:{server.port}"}
     finally:
         server.stop()
@@ -310,7 +311,7 @@ async def test_readiness_503_during_a_drain_is_one_info_line(fetch, app, caplog)
     app.settings["homeserver"].inflight.draining = True
     with caplog.at_level(logging.DEBUG):
         resp = await fetch("/health/ready")
-    assert resp.status == 503 and resp.json == {"errcode": "M_UNKNOWN", "error": "Shutting down"}
+    assert resp.status == 503 and resp.json == {"errcode": "M_UNKNOWN", "error": "The server is shutting down"}
     assert resp.headers["Retry-After"] == "5"
     lines = [r for r in caplog.records if "/health/ready" in r.getMessage()]
     assert [(r.name, r.levelno) for r in lines] == [("homeserver.access", logging.INFO)]

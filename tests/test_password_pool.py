@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from homeserver.passwords import Overloaded, PasswordChecker, decode_stored
+from homeserver.passwords import Overloaded, PasswordChecker
 from tests.helpers import assert_error, assert_json, hex_hash, record
 
 # Cost 10 takes tens of milliseconds, long enough for concurrent checks to overlap.
@@ -16,10 +16,10 @@ SLOW_HASH = hex_hash("slowpoke", rounds=10)
 async def test_checker_refuses_past_max_pending():
     checker = PasswordChecker(workers=1, max_pending=1)
     try:
-        first = asyncio.ensure_future(checker.check("slowpoke", decode_stored(SLOW_HASH)))
+        first = asyncio.ensure_future(checker.check("slowpoke", bytes.fromhex(SLOW_HASH)))
         await asyncio.sleep(0)  # let the first check take its place
         with pytest.raises(Overloaded):
-            await checker.check("slowpoke", decode_stored(SLOW_HASH))
+            await checker.check("slowpoke", bytes.fromhex(SLOW_HASH))
         assert await first is True
         assert checker.pending == 0
     finally:

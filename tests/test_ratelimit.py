@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from homeserver.config import build_config
-from homeserver.ratelimit import LoginLimits, TokenBuckets, limit_exceeded
+from homeserver.errors import limit_exceeded
+from homeserver.ratelimit import LoginLimits, TokenBuckets
 from tests.helpers import assert_error, assert_json
 
 

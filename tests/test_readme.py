@@ -94,8 +94,9 @@ def test_the_curl_sessions_run_as_shown(shipped_server, index):
     proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     outputs = [part.strip() for part in proc.stdout.split(marker)][: len(pairs)]
+    assert len(outputs) == len(pairs), proc.stdout
     checked = 0
-    for (command, shown), got in zip(pairs, outputs):
+    for (command, shown), got in zip(pairs, outputs, strict=True):
         if "..." in shown or "access_token" in shown:
             continue  # shortened in the README, or a fresh token
         assert comparable(got) == comparable(shown), command

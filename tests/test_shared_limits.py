@@ -9,6 +9,7 @@ import pytest
 from backends.base import StoreUnavailable
 from backends.sessions import create_session_store
 from homeserver.config import build_config
+from homeserver.errors import MatrixError
 from homeserver.ratelimit import LoginLimits
 from tests.servers import Server, login, write_config
 
@@ -47,7 +48,7 @@ async def test_two_processes_share_one_burst(two_stores):
     await a.record_failure("Alice")
     await a.record_failure("alice")
     await a.record_failure("ALICE")
-    with pytest.raises(Exception):
+    with pytest.raises(MatrixError):
         await b.check_failures("alice")
 
 

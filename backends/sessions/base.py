@@ -44,7 +44,7 @@ class SessionStore(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def from_config(cls, options: dict[str, Any], *, config_dir: str) -> "SessionStore":
+    def from_config(cls, options: dict[str, Any], *, config_dir: str) -> SessionStore:
         """Build the store from its validated `[sessions.<name>]` section."""
 
     async def start(self) -> None:

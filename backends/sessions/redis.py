@@ -7,7 +7,7 @@ import logging
 from typing import Any
 
 from backends.base import ConfigError
-from backends.redis_connect import RedisConnection
+from backends.redis_connect import RedisConnection, text
 from backends.sessions.base import Device, Session, SessionStore
 from backends.sessions.redis_scripts import DEVICES, END, END_DEVICES, OPEN, RATE_LIMIT, RENAME, TOUCH
 
@@ -38,7 +38,7 @@ class RedisSessionStore(SessionStore):
         self.keep_ended_ms = int(keep_ended * 1000)
 
     @classmethod
-    def from_config(cls, options: dict[str, Any], *, config_dir: str) -> "RedisSessionStore":
+    def from_config(cls, options: dict[str, Any], *, config_dir: str) -> RedisSessionStore:
         if "{" in options["key_prefix"] or "}" in options["key_prefix"]:
             raise ConfigError("sessions.redis.key_prefix: must not hold { or } (they would change the hash tags)")
         connection = RedisConnection(options, section="sessions.redis", store=STORE)
@@ -112,7 +112,9 @@ class RedisSessionStore(SessionStore):
         await self._script(TOUCH, [self.session_key(user, token_hash)], [ip, ts])
 
     async def end(self, user: str, token_hash: str) -> bool:
-        ended = await self._script(END, [self.session_key(user, token_hash)], [user, self.keep_ended_ms, self.base(user)])
+        ended = await self._script(
+            END, [self.session_key(user, token_hash)], [user, self.keep_ended_ms, self.base(user)]
+        )
         return bool(ended)
 
     async def end_devices(self, user: str, device_ids: list[str] | None) -> int:
@@ -127,7 +129,9 @@ class RedisSessionStore(SessionStore):
         flat = await self._script(DEVICES, [f"{base}devices"], [base, device_id or ""])
         devices = []
         for i in range(0, len(flat), 4):
-            device, name, ip, ts = (item.decode("utf-8", "replace") if isinstance(item, bytes) else item for item in flat[i:i + 4])
+            device, name, ip, ts = (
+                item.decode("utf-8", "replace") if isinstance(item, bytes) else item for item in flat[i : i + 4]
+            )
             devices.append(Device(device, name, ip, int(ts)))
         return sorted(devices, key=lambda d: d.device_id)
 
@@ -145,7 +149,7 @@ class RedisSessionStore(SessionStore):
     async def users(self) -> list[str]:
         client = self.connection.connect()
         with self.connection.errors():
-            names = [n.decode("utf-8", "replace") for n in await client.smembers(f"{self.prefix}users")]
+            names = [text(n) for n in await client.smembers(f"{self.prefix}users")]
         found = []
         for name in sorted(names):
             if await self.devices(name):

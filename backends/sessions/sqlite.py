@@ -9,7 +9,8 @@ import os
 import sqlite3
 import threading
 import time
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from backends.base import ConfigError, StoreUnavailable, resolve_path
 from backends.sessions.base import Device, Session, SessionStore
@@ -61,7 +62,7 @@ class SqliteSessionStore(SessionStore):
         self._lock = threading.Lock()
 
     @classmethod
-    def from_config(cls, options: dict[str, Any], *, config_dir: str) -> "SqliteSessionStore":
+    def from_config(cls, options: dict[str, Any], *, config_dir: str) -> SqliteSessionStore:
         path = options["path"]
         return cls(
             resolve_path(path, config_dir),
@@ -129,7 +130,7 @@ class SqliteSessionStore(SessionStore):
         future = asyncio.get_running_loop().run_in_executor(self._writer, work)
         try:
             return await asyncio.wait_for(future, self.timeout + 1.0)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise StoreUnavailable(f"{self.path}: timed out", store=STORE) from None
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"{self.path}: {exc}", store=STORE) from None

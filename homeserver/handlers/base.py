@@ -10,11 +10,22 @@ import tornado
 from tornado import httputil
 from tornado.web import HTTPError, RequestHandler
 
+from homeserver import request_id
 from homeserver.auth import Requester
 from homeserver.context import HomeServer
-from homeserver.errors import MatrixError, StoreDataError, StoreUnavailable, store_unavailable, unknown_token
+from homeserver.errors import (
+    M_INVALID_PARAM,
+    M_MISSING_TOKEN,
+    M_UNKNOWN,
+    MatrixError,
+    StoreDataError,
+    StoreUnavailable,
+    store_unavailable,
+    too_large,
+    unknown_token,
+    unrecognized,
+)
 from homeserver.jsonio import encode_json
-from homeserver import request_id
 from homeserver.logs import scrub_uri
 
 logger = logging.getLogger(__name__)
@@ -121,15 +132,14 @@ class BaseHandler(RequestHandler):
         if result is not None:
             await result
 
-    def write_json(self, value: Any, status: int = 200) -> None:
-        self.set_status(status)
+    def write_json(self, value: Any) -> None:
         self.finish(encode_json(value))
 
     def decode_argument(self, value: bytes, name: str | None = None) -> str:
         try:
             return value.decode("utf-8")
         except UnicodeDecodeError:
-            raise MatrixError(400, "M_INVALID_PARAM", f"Invalid UTF-8 in {name or 'the path'}") from None
+            raise MatrixError(400, M_INVALID_PARAM, f"Invalid UTF-8 in {name or 'the path'}") from None
 
     # -- errors ---------------------------------------------------------------------
 
@@ -141,21 +151,20 @@ class BaseHandler(RequestHandler):
         self.set_status(error.status)
         self.finish(encode_json(error.body()))
 
-    @staticmethod
-    def _as_matrix_error(status_code: int, exc: BaseException | None) -> MatrixError:
+    def _as_matrix_error(self, status_code: int, exc: BaseException | None) -> MatrixError:
         if isinstance(exc, MatrixError):
             return exc
         if isinstance(exc, StoreUnavailable):
             return store_unavailable(exc)
         if isinstance(exc, HTTPError) or exc is None:
             if status_code in (404, 405):
-                return MatrixError(status_code, "M_UNRECOGNIZED", "Unrecognized request")
+                return unrecognized(status_code)
             if status_code == 413:
-                return MatrixError(413, "M_TOO_LARGE", "Request body too large")
+                return too_large(self.hs.max_body_size)
             if 400 <= status_code < 500:
                 reason = httputil.responses.get(status_code, "Bad request")
-                return MatrixError(status_code, "M_UNKNOWN", reason)
-        return MatrixError(500, "M_UNKNOWN", "Internal server error")
+                return MatrixError(status_code, M_UNKNOWN, reason)
+        return MatrixError(500, M_UNKNOWN, "Internal server error")
 
     def log_exception(self, typ: Any, value: BaseException | None, tb: Any) -> None:
         if self._finished and self.hs.inflight.draining:
@@ -178,7 +187,10 @@ class BaseHandler(RequestHandler):
             return
         # Not Tornado's default: its summary shows the URI with any ?access_token= in it.
         logger.error(
-            "uncaught exception in %s %s", self.request.method, scrub_uri(self.request.uri or ""), exc_info=(typ, value, tb)
+            "uncaught exception in %s %s",
+            self.request.method,
+            scrub_uri(self.request.uri or ""),
+            exc_info=(typ, value, tb) if value is not None else None,
         )
 
     # -- access tokens ----------------------------------------------------
@@ -188,25 +200,25 @@ class BaseHandler(RequestHandler):
         headers = self.request.headers.get_list("Authorization")
         query = self.request.query_arguments.get("access_token")
         if len(headers) > 1:
-            raise MatrixError(401, "M_MISSING_TOKEN", "Too many Authorization headers.")
+            raise MatrixError(401, M_MISSING_TOKEN, "Too many Authorization headers.")
         if headers:
             if query:
                 raise MatrixError(
-                    401, "M_MISSING_TOKEN", "Mixing Authorization headers and access_token query parameters."
+                    401, M_MISSING_TOKEN, "Mixing Authorization headers and access_token query parameters."
                 )
             scheme, _, token = headers[0].strip().partition(" ")
             token = token.strip()
             if scheme.lower() != "bearer" or not token:
-                raise MatrixError(401, "M_MISSING_TOKEN", "Invalid Authorization header.")
+                raise MatrixError(401, M_MISSING_TOKEN, "Invalid Authorization header.")
             return token
         if query:
             if len(query) > 1:
-                raise MatrixError(401, "M_MISSING_TOKEN", "Too many access_token query parameters.")
+                raise MatrixError(401, M_MISSING_TOKEN, "Too many access_token query parameters.")
             try:
                 return query[0].decode("utf-8")
             except UnicodeDecodeError:
                 raise unknown_token() from None
-        raise MatrixError(401, "M_MISSING_TOKEN", "Missing access token.")
+        raise MatrixError(401, M_MISSING_TOKEN, "Missing access token.")
 
     async def authenticate(self) -> Requester:
         """Authenticate the request's access token (homeserver.auth); sets `self.requester`."""
@@ -221,4 +233,4 @@ class NotFoundHandler(BaseHandler):
 
     def prepare(self) -> None:
         if self.request.method != "OPTIONS":
-            raise MatrixError(404, "M_UNRECOGNIZED", "Unrecognized request")
+            raise unrecognized()

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from tornado.web import stream_request_body
 
-from homeserver.errors import MatrixError
+from homeserver.errors import too_large
 from homeserver.handlers.base import BaseHandler
 from homeserver.jsonio import decode_json_object
 
+logger = logging.getLogger(__name__)
+
 BODY_METHODS = ("POST", "PUT", "DELETE", "PATCH")
-
-
-def too_large(limit: int) -> MatrixError:
-    return MatrixError(413, "M_TOO_LARGE", f"Request body is larger than {limit} bytes")
 
 
 @stream_request_body
@@ -30,6 +29,8 @@ class BodyHandler(BaseHandler):
         self._chunks: list[bytes] = []
         self._size = 0
         self._limit = self.hs.max_body_size
+        # Tests of the shutdown wait for this line: the request is in flight from here on.
+        logger.debug("%s %s: reading the body", self.request.method, self.request.path)
         if self.request.method in BODY_METHODS:
             length = self.request.headers.get("Content-Length", "")
             if length.isdigit() and int(length) > self._limit:
@@ -47,10 +48,14 @@ class BodyHandler(BaseHandler):
         if self._size > self._limit:
             raise too_large(self._limit)
 
+    def body_bytes(self) -> bytes:
+        """The body as sent (413 for one over the limit)."""
+        self.check_body_size()
+        return b"".join(self._chunks)
+
     def json_body(self, *, optional: bool = False) -> dict[str, Any]:
         """The body as a JSON object; with `optional`, an empty body is `{}`."""
-        self.check_body_size()
-        raw = b"".join(self._chunks)
+        raw = self.body_bytes()
         if optional and not raw.strip():
             return {}
         return decode_json_object(raw)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from homeserver.devices import delete_devices, device_list
+from homeserver.devices import device_body, device_list, display_name_of
 from homeserver.handlers.base import BaseHandler
 from homeserver.handlers.body import BodyHandler
-from homeserver.sessions import LOGOUT_ALL
 
 EMPTY = b"{}"
 
@@ -16,7 +15,7 @@ class LogoutHandler(BodyHandler):
     async def post(self) -> None:
         self.check_body_size()
         requester = await self.authenticate()
-        await self.hs.sessions.logout(requester.session)
+        await self.hs.devices.logout(requester.session)
         self.finish(EMPTY)
 
 
@@ -26,30 +25,31 @@ class LogoutAllHandler(BodyHandler):
     async def post(self) -> None:
         self.check_body_size()
         requester = await self.authenticate()
-        await self.hs.sessions.end_devices(requester.user.name, None, LOGOUT_ALL)
+        await self.hs.devices.logout_all(requester.user.name)
         self.finish(EMPTY)
 
 
 class DevicesHandler(BaseHandler):
     async def get(self) -> None:
         requester = await self.authenticate()
-        self.write_json(await self.hs.sessions.devices(requester.user.name))
+        devices = await self.hs.devices.list_devices(requester.user.name)
+        self.write_json({"devices": [device_body(d) for d in devices]})
 
 
 class DeviceHandler(BodyHandler):
     async def get(self, device_id: str) -> None:
         requester = await self.authenticate()
-        self.write_json(await self.hs.sessions.device(requester.user.name, device_id))
+        self.write_json(device_body(await self.hs.devices.get(requester.user.name, device_id)))
 
     async def put(self, device_id: str) -> None:
         requester = await self.authenticate()
-        await self.hs.sessions.rename_device(requester.user.name, device_id, self.json_body())
+        await self.hs.devices.rename(requester.user.name, device_id, display_name_of(self.json_body()))
         self.finish(EMPTY)
 
     async def delete(self, device_id: str) -> None:
         requester = await self.authenticate()
         body = self.json_body(optional=True)
-        await delete_devices(self.hs.sessions, self.hs.uia, requester, body, [device_id])
+        await self.hs.devices.delete(requester, body, [device_id])
         self.finish(EMPTY)
 
 
@@ -57,7 +57,7 @@ class DeleteDevicesHandler(BodyHandler):
     async def post(self) -> None:
         requester = await self.authenticate()
         body = self.json_body()
-        await delete_devices(self.hs.sessions, self.hs.uia, requester, body, device_list(body))
+        await self.hs.devices.delete(requester, body, device_list(body))
         self.finish(EMPTY)
 
 

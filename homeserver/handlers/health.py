@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 
-from homeserver.errors import MatrixError
+from homeserver.errors import shutting_down, unrecognized
 from homeserver.handlers.base import BaseHandler
 
 
@@ -18,7 +19,7 @@ class LivenessHandler(BaseHandler):
 
 
 class ReadinessHandler(BaseHandler):
-    """Ready for traffic: the store answers and no shutdown is under way; else 503."""
+    """Ready for traffic: both stores answer and no shutdown is under way; else 503 naming what is not."""
 
     access_log_level: int | None = None
 
@@ -27,10 +28,14 @@ class ReadinessHandler(BaseHandler):
             # Expected during every drain: answered here rather than raised, so it is not
             # logged as a server error, and its access line is INFO, not ERROR.
             self.access_log_level = logging.INFO
-            self.set_header("Retry-After", "5")
-            self.write_json(MatrixError(503, "M_UNKNOWN", "Shutting down").body(), 503)
+            error = shutting_down(retry_after=5)
+            for name, value in error.headers.items():
+                self.set_header(name, value)
+            self.set_status(error.status)
+            self.write_json(error.body())
             return
-        await self.hs.backend.check_health()
+        # Both stores, at once: every authenticated request needs the session store too.
+        await asyncio.gather(self.hs.users.check_health(), self.hs.sessions.store.check_health())
         self.write_json({"status": "ready"})
 
 
@@ -38,6 +43,8 @@ class MetricsHandler(BaseHandler):
     """Prometheus exposition of this process's metrics."""
 
     def get(self) -> None:
+        if self.hs.metrics is None:  # only routed when metrics are on
+            raise unrecognized()
         body, content_type = self.hs.metrics.render(self.request.headers.get("Accept"))
         self.set_header("Content-Type", content_type)
         self.finish(body)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from homeserver.handlers.body import BodyHandler
-from homeserver.login import login, login_outcome, parse_login
 
 
 class LoginHandler(BodyHandler):
@@ -13,30 +12,7 @@ class LoginHandler(BodyHandler):
         self.finish(self.hs.documents.login_flows)
 
     async def post(self) -> None:
-        metrics = self.hs.metrics
-        try:
-            response = await self._login()
-        except Exception as exc:
-            if metrics is not None:
-                metrics.observe_login(login_outcome(exc))
-            raise
-        if metrics is not None:
-            metrics.observe_login(login_outcome(None))
-        self.write_json(response)
-
-    async def _login(self) -> dict[str, str]:
-        await self.hs.limits.check_address(self.client_ip)
-        request = parse_login(self.json_body(), self.hs.server_name)
-        return await login(
-            request,
-            users=self.hs.users,
-            tokens=self.hs.tokens,
-            checker=self.hs.checker,
-            server_name=self.hs.server_name,
-            limits=self.hs.limits,
-            sessions=self.hs.sessions,
-            client_ip=self.client_ip,
-        )
+        self.write_json(await self.hs.login.login(self.body_bytes(), self.client_ip))
 
 
 ROUTES = [

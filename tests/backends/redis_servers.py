@@ -10,8 +10,9 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -76,7 +77,7 @@ class RedisProcess:
     def client(self) -> redis.Redis:
         return redis.Redis(port=self.port, socket_timeout=2, retry=None)
 
-    def start(self) -> "RedisProcess":
+    def start(self) -> RedisProcess:
         os.makedirs(self.workdir, exist_ok=True)
         argv = [REDIS_SERVER, *self.args, "--port", str(self.port), "--bind", "127.0.0.1",
                 "--save", "", "--appendonly", "no", "--dir", self.workdir,
@@ -182,19 +183,19 @@ def make_store(url: str) -> Store:
 
 
 @pytest.fixture
-def store(redis_url, user_records) -> Iterator[Store]:
+def redis_users(redis_url, user_records) -> Iterator[Store]:
     """The users of `user_records` as hashes under a fresh key prefix, removed afterwards."""
-    store = make_store(redis_url)
+    redis_users = make_store(redis_url)
     for record in user_records:
-        store.put_record(record)
-    yield store
-    store.clear()
-    store.client.close()
+        redis_users.put_record(record)
+    yield redis_users
+    redis_users.clear()
+    redis_users.client.close()
 
 
-def redis_overrides(store: Store, **options: Any) -> dict[str, dict[str, Any]]:
-    """config_overrides selecting the Redis backend on `store`."""
-    section = {"url": store.url, "key_prefix": store.prefix, "email_key_prefix": store.email_prefix, **options}
+def redis_overrides(redis_users: Store, **options: Any) -> dict[str, dict[str, Any]]:
+    """config_overrides selecting the Redis backend on `redis_users`."""
+    section = {"url": redis_users.url, "key_prefix": redis_users.prefix, "email_key_prefix": redis_users.email_prefix, **options}
     return {"backend": {"type": "redis"}, "backend.redis": section}
 
 

@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 import time
 import urllib.parse
-from typing import Iterator
+from collections.abc import Iterator
 
 import bcrypt
 import pytest

@@ -34,7 +34,7 @@ async def test_poll_picks_up_a_changed_file(users_path):
     await backend.start()
     try:
         assert await backend.get_user("carol") is None
-        write_users(users_path, DEFAULT_USERS + [record("carol")])
+        write_users(users_path, [*DEFAULT_USERS, record("carol")])
         await wait_for(lambda: "carol" in backend.users)
         assert (await backend.get_user("CAROL", case_insensitive=True)).name == "carol"
     finally:

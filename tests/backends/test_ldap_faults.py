@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from homeserver.context import create_backend
 from homeserver.errors import StoreUnavailable
-from tests.backends.slapd import READER_DN, READER_PASSWORD, SUFFIX, Slapd, directory_ldif, running_slapd
+from tests.backends.slapd import (
+    READER_DN,
+    READER_PASSWORD,
+    SUFFIX,
+    Slapd,
+    directory_ldif,
+    running_slapd,
+)
 from tests.helpers import assert_error, assert_json
 
 LOGIN = "/_matrix/client/v3/login"

@@ -15,27 +15,27 @@ PREFIX = f"test:{uuid.uuid4().hex}:session:"
 
 
 @pytest.fixture
-def config_overrides(store):
+def config_overrides(redis_users):
     # [sessions] store = "redis" and no [sessions.redis] url: the users' Redis (a private
     # redis-server on a free port, never 127.0.0.1:6379).
-    return {**redis_overrides(store), "sessions": {"store": "redis"}, "sessions.redis": {"key_prefix": PREFIX}}
+    return {**redis_overrides(redis_users), "sessions": {"store": "redis"}, "sessions.redis": {"key_prefix": PREFIX}}
 
 
-async def test_sessions_without_a_url_live_on_the_users_redis(hs, login, fetch, store):
-    assert hs.config.get("sessions.redis", "url") == store.url
+async def test_sessions_without_a_url_live_on_the_users_redis(hs, login, fetch, redis_users):
+    assert hs.config.get("sessions.redis", "url") == redis_users.url
     token = (await login())["access_token"]
     assert assert_json(await fetch(WHOAMI, token=token))["user_id"] == "@alice:localhost"
-    keys = list(store.client.scan_iter(match=PREFIX + "*"))
+    keys = list(redis_users.client.scan_iter(match=PREFIX + "*"))
     assert keys, "no session keys on the users' Redis"
     for key in keys:
-        store.client.delete(key)
+        redis_users.client.delete(key)
 
 
-def test_add_user_refuses_an_address_another_user_holds(store, add_user, capsys):  # noqa: F811
+def test_add_user_refuses_an_address_another_user_holds(redis_users, add_user, capsys):  # noqa: F811
     assert add_user("ann", "pw", "--ident", "a", "--email", "Ann@Example.org") == 0
     capsys.readouterr()
     assert add_user("bea", "pw", "--ident", "b", "--email", "ANN@example.ORG") == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("homeserver: error: --email") and "@ann:localhost" in err
-    assert store.get("bea") == {}
+    assert redis_users.get("bea") == {}
     assert add_user("ann", "pw", "--overwrite", "--keep-password", "--email", "ann@example.org") == 0

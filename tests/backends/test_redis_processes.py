@@ -5,22 +5,23 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from tests.backends.redis_servers import free_port, wait_until
-from tests.servers import ROOT, call, login
 from tests.helpers import JWT_SECRET
+from tests.servers import ROOT, call, login
+
 
 @pytest.fixture
-def env(store) -> dict[str, str]:
+def env(redis_users) -> dict[str, str]:
     """The documented environment overrides selecting Redis; no config file is written."""
     return dict(
         os.environ,
         HOMESERVER_BACKEND__TYPE="redis",
-        HOMESERVER_BACKEND__REDIS__URL=store.url,
-        HOMESERVER_BACKEND__REDIS__KEY_PREFIX=store.prefix,
+        HOMESERVER_BACKEND__REDIS__URL=redis_users.url,
+        HOMESERVER_BACKEND__REDIS__KEY_PREFIX=redis_users.prefix,
         HOMESERVER_AUTH__JWT_SECRET=JWT_SECRET,
         HOMESERVER_RATE_LIMIT__ENABLED="false",
     )
@@ -38,7 +39,7 @@ def servers(env) -> Iterator[list[int]]:
                 cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             ))
         for port in ports:
-            wait_until(lambda: call(port, "/_matrix/client/versions")[0] == 200, what=f"server on {port}")
+            wait_until(lambda port=port: call(port, "/_matrix/client/versions")[0] == 200, what=f"server on {port}")
         yield ports
     finally:
         for proc in procs:
@@ -47,7 +48,7 @@ def servers(env) -> Iterator[list[int]]:
             proc.wait(10)
 
 
-def test_processes_share_the_store(servers, env, store):
+def test_processes_share_the_store(servers, env, redis_users):
     a, b = servers
     assert login(a, "nina", "pw")[0] == 403
     added = subprocess.run(
@@ -62,7 +63,7 @@ def test_processes_share_the_store(servers, env, store):
     assert login(b, "NINA", "pw")[1]["user_id"] == "@nina:localhost"
     assert call(b, "/_matrix/client/v3/account/whoami", token=token)[0] == 200
     assert call(b, "/_matrix/client/v3/profile/@nina:localhost") == (200, {"displayname": "nina-id"})
-    store.client.delete(store.prefix + "nina")
+    redis_users.client.delete(redis_users.prefix + "nina")
     for port in servers:
         status, body = call(port, "/_matrix/client/v3/account/whoami", token=token)
         assert (status, body["errcode"]) == (401, "M_UNKNOWN_TOKEN")

@@ -7,7 +7,14 @@ import bcrypt
 import pytest
 from jose import jwt
 
-from tests.helpers import DEFAULT_USERS, JWT_SECRET, assert_error, assert_json, hex_hash, record
+from tests.helpers import (
+    DEFAULT_USERS,
+    JWT_SECRET,
+    assert_error,
+    assert_json,
+    hex_hash,
+    record,
+)
 from tests.openapi import validate
 
 LOGIN = "/_matrix/client/v3/login"
@@ -55,7 +62,7 @@ class FailingIssuer:
 
 
 async def test_rule_2_token_failure_comes_before_the_user_lookup(fetch, hs):
-    hs.tokens = FailingIssuer()
+    hs.tokens = hs.login.tokens = FailingIssuer()
     for user in ("alice", "nobody"):
         resp = await fetch(LOGIN, "POST", json_body=body_for(user))
         assert_error(resp, 403, "M_UNKNOWN", "Access Token generation failed")

@@ -108,15 +108,15 @@ async def test_a_removed_user_loses_their_sessions_at_once_and_rows_are_swept(fe
     await assert_dead(fetch, token)
     assert "bob" in await hs.sessions.store.users()
     # Missing in one sweep could be a passing glitch of the store: only the second ends them.
-    assert await hs.sessions.sweep_removed_users(hs.users) == 0
-    assert await hs.sessions.sweep_removed_users(hs.users) == 1
+    assert await hs.devices.sweep_removed_users(hs.users) == 0
+    assert await hs.devices.sweep_removed_users(hs.users) == 1
     assert "bob" not in await hs.sessions.store.users()
 
 
 async def test_the_store_keeps_no_token_text(fetch, login, hs, tmp_path):
     token = (await login(device_id="PHONE", initial_device_display_name="Phone"))["access_token"]
     assert_json(await fetch(LOGOUT, "POST", token=(await login())["access_token"]))
-    head, payload, signature = token.split(".")
+    _head, payload, signature = token.split(".")
     for path in tmp_path.iterdir():
         if path.name.startswith("sessions"):
             data = path.read_bytes()
@@ -135,8 +135,8 @@ async def test_sessions_metrics(make_config, backend):
         await hs.sessions.open("t1", "alice", "DUMMY", None, "127.0.0.1")
         await hs.sessions.open("t2", "alice", "PHONE", None, "127.0.0.1")
         session = await hs.sessions.store.get("alice", token_digest("t1"))
-        await hs.sessions.logout(session)
-        await hs.sessions.end_devices("alice", None, "logout_all")
+        await hs.devices.logout(session)
+        await hs.devices.logout_all("alice")
         text, _ = hs.metrics.render(None)
         text = text.decode()
         assert "homeserver_sessions_opened_total 2.0" in text

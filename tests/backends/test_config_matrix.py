@@ -1,0 +1,168 @@
+"""Every switch with every other: one client scenario on a pairwise-covering set of configurations.
+
+Each feature has tests of its own, but operators turn them on together (a metrics switch
+once broke login by e-mail address and no test saw it). Here real `run.py` processes run
+on real stores, the user backend (file, Redis, LDAP) x the session store (SQLite, Redis)
+x metrics (off, on) x worker processes (1, 2), in a set of configurations that holds
+every pair of settings at least once (checked below), and each runs the same scenario:
+login by name and by e-mail address, profile, whoami, capabilities, the devices list, a
+second login, and a logout that leaves the other token alive, on every worker.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from tests.backends.slapd import READER_DN, READER_PASSWORD, SUFFIX, Slapd
+from tests.helpers import DEFAULT_USERS, assert_error, assert_json, record
+from tests.openapi import validate
+from tests.servers import ServerProcess
+
+FACTORS = {
+    "backend": ("file", "redis", "ldap"),
+    "sessions": ("sqlite", "redis"),
+    "metrics": (False, True),
+    "processes": (1, 2),
+}
+# Six rows hold every pair of the four factors' values (the fewest possible: 3 x 2).
+MATRIX = [
+    ("file", "sqlite", False, 1),
+    ("file", "redis", True, 2),
+    ("redis", "sqlite", True, 2),
+    ("redis", "redis", False, 1),
+    ("ldap", "sqlite", False, 2),
+    ("ldap", "redis", True, 1),
+]
+
+# The user of the scenario, the same in every user store (the test directory has bob too).
+NAME, PASSWORD, EMAIL = "bob", "builder", "bob@example.org"
+API = "/_matrix/client/v3"
+
+
+def test_the_matrix_covers_every_pair_of_settings() -> None:
+    names = list(FACTORS)
+    for (i, a), (j, b) in itertools.combinations(enumerate(names), 2):
+        seen = {(row[i], row[j]) for row in MATRIX}
+        wanted = set(itertools.product(FACTORS[a], FACTORS[b]))
+        assert seen == wanted, f"{a} x {b}: missing {wanted - seen}"
+
+
+def users_section(backend: str, redis_url: str, prefix: str, slapd: Slapd | None) -> str:
+    if backend == "file":
+        return ""  # the default: users.json beside the config
+    if backend == "redis":
+        return (
+            f'[backend]\ntype = "redis"\n[backend.redis]\nurl = "{redis_url}"\n'
+            f'key_prefix = "{prefix}user:"\nemail_key_prefix = "{prefix}email:"\n'
+        )
+    assert slapd is not None
+    return (
+        f'[backend]\ntype = "ldap"\n[backend.ldap]\nuri = "{slapd.uri}"\nbase = "{SUFFIX}"\n'
+        f'bind_dn = "{READER_DN}"\nbind_password = "{READER_PASSWORD}"\ntimeout = 5.0\n'
+    )
+
+
+def sessions_section(store: str, redis_url: str, prefix: str) -> str:
+    if store == "sqlite":
+        return ""  # the default: sessions.db beside the config
+    return f'[sessions]\nstore = "redis"\n[sessions.redis]\nurl = "{redis_url}"\nkey_prefix = "{prefix}session:"\n'
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+def login_body(**identifier: str) -> dict[str, Any]:
+    return {"type": "m.login.password", "identifier": identifier, "password": PASSWORD}
+
+
+def every_worker(server: ServerProcess, processes: int, check: Any) -> None:
+    """Run `check` on fresh connections until every worker has answered one (their pids), at most 60 tries."""
+    pids: set[int] = set()
+    for _ in range(60):
+        check()
+        pids.add(server.request("/health")[1]["pid"])
+        if len(pids) == processes:
+            break
+    assert len(pids) == processes, f"only workers {pids} answered"
+    for _ in range(10):  # and a few more, whichever worker takes them
+        check()
+
+
+@pytest.mark.parametrize(("backend", "sessions", "metrics", "processes"), MATRIX)
+def test_one_client_scenario_in_every_configuration(
+    tmp_path, request, redis_url, redis_client, backend: str, sessions: str, metrics: bool, processes: int
+) -> None:
+    prefix = f"matrix-{secrets.token_hex(4)}:"
+    slapd = request.getfixturevalue("slapd") if backend == "ldap" else None
+    if backend == "redis":
+        stored = record(NAME, PASSWORD, "bob-ident")
+        redis_client.hset(f"{prefix}user:{NAME}", mapping={"password": stored["password"], "ident": "bob-ident",
+                                                          "email": EMAIL})
+        redis_client.sadd(f"{prefix}email:{EMAIL}", NAME)
+    users = [*DEFAULT_USERS[:1], record(NAME, PASSWORD, "bob-ident", email=EMAIL)]
+    extra = users_section(backend, redis_url, prefix, slapd) + sessions_section(sessions, redis_url, prefix)
+    extra += f"[metrics]\nenabled = {json.dumps(metrics)}\n"
+    server = ServerProcess(tmp_path, processes, extra, users=users)
+    try:
+        scenario(server, processes, metrics)
+    finally:
+        server.stop()
+        for key in redis_client.scan_iter(f"{prefix}*"):
+            redis_client.delete(key)
+
+
+def scenario(server: ServerProcess, processes: int, metrics: bool) -> None:
+    assert_json(server.fetch("/health/ready"))
+
+    # Login by name, then by e-mail address (Element's m.id.thirdparty): the same user.
+    by_name = server.fetch(f"{API}/login", login_body(type="m.id.user", user=NAME))
+    first = assert_json(by_name)
+    validate(by_name, "login.yaml", "/login", "POST")
+    by_email = server.fetch(f"{API}/login", login_body(type="m.id.thirdparty", medium="email", address=EMAIL.upper()))
+    second = assert_json(by_email)
+    assert first["user_id"] == second["user_id"] == f"@{NAME}:localhost", (first, second)
+    assert first["access_token"] != second["access_token"]
+
+    profile = server.fetch(f"{API}/profile/@{NAME}:localhost")
+    assert "bob-ident" in assert_json(profile)["displayname"] or "Bob" in profile.json["displayname"]
+    validate(profile, "profile.yaml", "/profile/{userId}")
+
+    whoami = server.fetch(f"{API}/account/whoami", token=first["access_token"])
+    assert assert_json(whoami)["user_id"] == first["user_id"]
+    validate(whoami, "whoami.yaml", "/account/whoami")
+    capabilities = server.fetch(f"{API}/capabilities", token=second["access_token"])
+    assert "m.change_password" in assert_json(capabilities)["capabilities"]
+    validate(capabilities, "capabilities.yaml", "/capabilities")
+    devices = server.fetch(f"{API}/devices", token=first["access_token"])
+    assert [d["device_id"] for d in assert_json(devices)["devices"]] == [first["device_id"]]
+    validate(devices, "device_management.yaml", "/devices")
+
+    # A second login, then a logout of the first: its token is dead on every worker, the
+    # other alive on every worker.
+    third = assert_json(server.fetch(f"{API}/login", login_body(type="m.id.user", user=NAME)))
+    assert assert_json(server.fetch(f"{API}/logout", {}, token=first["access_token"])) == {}
+
+    def first_dead_others_alive() -> None:
+        body = assert_error(server.fetch(f"{API}/account/whoami", token=first["access_token"]), 401, "M_UNKNOWN_TOKEN")
+        assert body["soft_logout"] is False
+        for token in (second["access_token"], third["access_token"]):
+            assert assert_json(server.fetch(f"{API}/account/whoami", token=token))["user_id"] == first["user_id"]
+
+    every_worker(server, processes, first_dead_others_alive)
+
+    exposition = server.fetch("/metrics")
+    if metrics:
+        assert exposition.status == 200 and b"homeserver_logins_total" in exposition.body, exposition
+    else:
+        assert_error(exposition, 404, "M_UNRECOGNIZED")
