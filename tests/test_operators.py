@@ -326,3 +326,13 @@ def test_version():
 
     result = run("--version")
     assert (result.returncode, result.stdout, result.stderr) == (0, f"homeserver {__version__}\n", "")
+
+
+# -- what the README's security section says of other servers' IDs -----------------------
+
+
+async def test_a_profile_of_another_servers_id_is_the_local_users(fetch):
+    local = await fetch("/_matrix/client/v3/profile/@alice:localhost")
+    other = await fetch("/_matrix/client/v3/profile/@alice:otherserver.example")
+    assert local.status == other.status == 200
+    assert other.json == local.json
