@@ -37,14 +37,8 @@ def log_request(handler: Any) -> None:
     status = handler.get_status()
     # A handler may say its answer is expected (readiness 503 during a drain).
     level = getattr(handler, "access_log_level", None)
-    if level is not None:
-        pass
-    elif status < 400:
-        level = logging.INFO
-    elif status < 500:
-        level = logging.WARNING
-    else:
-        level = logging.ERROR
+    if level is None:
+        level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
     if not access_log.isEnabledFor(level):
         return
     request = handler.request
