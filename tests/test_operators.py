@@ -16,6 +16,7 @@ import pytest
 
 from homeserver.config import build_config
 from homeserver.errors import ConfigError
+from tests.backends.redis_servers import free_port
 from tests.servers import Server, call, login, run_py, write_config
 from tests.test_cli import ROOT, run
 from tests.test_startup_errors import assert_one_line
@@ -166,9 +167,10 @@ def test_shipped_config_follows_the_port_flag(tmp_path):
 
 @pytest.mark.parametrize("processes", ["1", "2"])
 def test_metrics_on_the_main_port_is_said_plainly(tmp_path, processes):
-    config = write_config(tmp_path, "[metrics]\nenabled = true\nport = 18777\n")
-    proc = run_py("--config", config, "--port", "18777", "--processes", processes)
-    assert_one_line(proc, "metrics.port", "18777 is the main listener's port")
+    port = free_port()
+    config = write_config(tmp_path, f"[metrics]\nenabled = true\nport = {port}\n")
+    proc = run_py("--config", config, "--port", str(port), "--processes", processes)
+    assert_one_line(proc, "metrics.port", f"{port} is the main listener's port")
     assert "another server" not in proc.stderr
 
 
