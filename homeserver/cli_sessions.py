@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import os
 import unicodedata
 from collections.abc import Awaitable, Callable
 
 from homeserver.config import Config, load_config
 from homeserver.context import create_backend, create_session_store
 from homeserver.devices import Devices
+from homeserver.errors import ConfigError
 from homeserver.names import local_name, user_id
 from homeserver.sessions import Sessions
 from homeserver.users import Users
@@ -45,10 +47,24 @@ def _when(ms: int) -> str:
     return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _check_store_exists(config: Config) -> None:
+    """A running server has made its SQLite file: a missing one means another place (as root
+    without the unit's STATE_DIRECTORY, say), where a new empty store would only mislead."""
+    if config.get("sessions", "store") != "sqlite":
+        return
+    path = config.get("sessions.sqlite", "path")
+    if not os.path.exists(path):
+        raise ConfigError(
+            f"sessions.sqlite.path: {path} does not exist: no server has run with this config here "
+            f"(under systemd, run as the service user with STATE_DIRECTORY set, see docs/operations.md)"
+        )
+
+
 async def _with_sessions(
     config: Config, name: str, work: Callable[[Sessions, str], Awaitable[list[str]]]
 ) -> list[str]:
     """Open the stores, check that the user is known to one of them, run `work`, close."""
+    _check_store_exists(config)
     backend = create_backend(config)
     store = create_session_store(config)
     await backend.start()

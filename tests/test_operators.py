@@ -338,3 +338,13 @@ async def test_a_profile_of_another_servers_id_is_the_local_users(fetch):
     other = await fetch("/_matrix/client/v3/profile/@alice:otherserver.example")
     assert local.status == other.status == 200
     assert other.json == local.json
+
+
+def test_sessions_commands_on_a_store_no_server_made_say_so(tmp_path):
+    # As root without the unit's STATE_DIRECTORY: no sessions.db beside the config. The
+    # command says so instead of making an empty store there and finding nothing.
+    config = write_config(tmp_path)
+    for argv in (["list", "alice"], ["revoke", "alice", "--all"]):
+        proc = run_py("sessions", *argv, "--config", config)
+        assert_one_line(proc, f"sessions.sqlite.path: {tmp_path}/sessions.db does not exist", "STATE_DIRECTORY")
+    assert not (tmp_path / "sessions.db").exists()
