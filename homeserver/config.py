@@ -170,7 +170,7 @@ def _env_overrides(environ: Mapping[str, str], warnings: list[str]) -> dict[str,
 
 
 def _env_hint(name: str) -> str:
-    """", did you mean HOMESERVER_SERVER__PORT?" for a known key spelt with one underscore."""
+    """For a known key spelt with one underscore (HOMESERVER_SERVER_PORT), its right spelling."""
     wanted = name[len(ENV_PREFIX):].lower().replace("__", "_")
     for section, fields in SCHEMA.items():
         for key in fields:
