@@ -348,3 +348,28 @@ def test_sessions_commands_on_a_store_no_server_made_say_so(tmp_path):
         proc = run_py("sessions", *argv, "--config", config)
         assert_one_line(proc, f"sessions.sqlite.path: {tmp_path}/sessions.db does not exist", "STATE_DIRECTORY")
     assert not (tmp_path / "sessions.db").exists()
+
+
+# -- the README's scale-out sentence -------------------------------------------------------
+
+
+def test_one_secret_without_one_session_store_is_not_enough_to_scale_out(tmp_path):
+    # What the old README sentence promised ("tokens are stateless") and what is true: the
+    # same secret on two servers with their own SQLite stores, and B refuses A's token.
+    servers = []
+    try:
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+            servers.append(Server("--config", write_config(tmp_path / name)))
+        a, b = servers
+        status, body = login(a.port, "alice", "wonderland")
+        assert status == 200
+        assert call(a.port, "/_matrix/client/v3/account/whoami", token=body["access_token"])[0] == 200
+        status, error = call(b.port, "/_matrix/client/v3/account/whoami", token=body["access_token"])
+        assert (status, error["errcode"]) == (401, "M_UNKNOWN_TOKEN")
+    finally:
+        for server in servers:
+            server.stop()
+    readme = (Path(ROOT) / "README.md").read_text()
+    assert "tokens are stateless" not in readme
+    assert "one shared session store" in readme
