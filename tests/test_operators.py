@@ -7,6 +7,7 @@ import logging
 import os
 import pty
 import select
+import socket
 import subprocess
 import sys
 import time
@@ -140,6 +141,8 @@ def test_base_url_follows_host_and_port_unless_configured():
     assert config.get("server", "base_url") == "http://192.0.2.7:80"
     config = build_config({"server": {"host": "2001:db8::7"}}, environ={})
     assert config.get("server", "base_url") == "http://[2001:db8::7]:8008"
+    config = build_config({"server": {"host": "0.0.0.0"}}, environ={})  # every address: this machine's name
+    assert config.get("server", "base_url") == f"http://{socket.gethostname()}:8008"
     config = build_config({"server": {"base_url": "https://matrix.example.org"}}, environ={})
     config.follow_listener(40123)
     assert config.get("server", "base_url") == "https://matrix.example.org"
