@@ -22,12 +22,13 @@ def run_script(tmp_path: Path, present: list[str]) -> tuple[int, list[str]]:
     touch only record or do nothing. Returns the exit status and what apt-get install got."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for tool in ("bash", "id", "cat"):
+    for tool in ("bash", "id", "cat", "dirname"):
         os.symlink(shutil.which(tool), bin_dir / tool)
     calls = tmp_path / "apt-calls"
     stub(bin_dir, "apt-get", f'echo "$@" >> {calls}')
     stub(bin_dir, "sudo", '"$@"')
-    for name in ("mkdir", "touch", *present):
+    # python3 (the Synapse virtualenv step), and tee, chmod, rm (the policy-rc.d guard): do nothing.
+    for name in ("mkdir", "touch", "python3", "tee", "chmod", "rm", *present):
         stub(bin_dir, name)
     proc = subprocess.run(
         [str(bin_dir / "bash"), str(SCRIPT)], env={"PATH": str(bin_dir)}, capture_output=True, text=True, timeout=60
