@@ -18,6 +18,7 @@ from homeserver.context import build_homeserver, create_session_store
 from homeserver.delegation import load_delegation_settings
 from homeserver.delegation.introspection import ADMIN_SCOPE
 from homeserver.errors import ConfigError
+from homeserver.sessions import token_digest
 from tests.delegation_fakes import SECRET, FakeSynapse
 from tests.helpers import JWT_SECRET, assert_error, assert_json
 from tests.openapi import validate
@@ -661,3 +662,29 @@ async def test_resync_refused_is_said_once_and_kept(login, synapse, hs, session_
     synapse.modes.clear()
     assert await hs.delegation.resync_pending() == (1, 0)
     assert await session_store.resyncs() == {}
+
+
+@pytest.fixture
+def metrics_on(config_overrides):
+    return {**config_overrides, "metrics": {"enabled": True}}
+
+
+async def test_synapse_calls_are_counted(make_config, metrics_on, backend, session_store, synapse):
+    hs = build_homeserver(make_config(metrics_on), backend, session_store)
+    try:
+        body = await hs.login.login(json.dumps({"type": "m.login.password", "user": "alice", "password": "wonderland"}).encode(), "127.0.0.1")
+        await synapse.stop()
+        session = await session_store.get("alice", token_digest(body["access_token"]))
+        await hs.devices.logout(session)
+        await hs.delegation.resync_pending()
+        text, _ = hs.metrics.render("text/plain")
+        lines = text.decode()
+        assert 'homeserver_synapse_calls_total{call="upsert_device",outcome="ok"} 1.0' in lines
+        assert 'homeserver_synapse_calls_total{call="provision_user",outcome="ok"} 1.0' in lines
+        assert 'homeserver_synapse_calls_total{call="delete_device",outcome="unreachable"} 1.0' in lines
+        assert 'homeserver_synapse_calls_total{call="sync_devices",outcome="unreachable"} 1.0' in lines
+        assert "homeserver_delegation_resyncs_pending 1.0" in lines
+        assert 'homeserver_synapse_call_duration_seconds_count{call="upsert_device"} 1.0' in lines
+    finally:
+        await hs.delegation.close()
+        hs.checker.close()

@@ -24,6 +24,7 @@ import secrets
 import string
 import time
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from backends.base import StoreUnavailable, User, canonical_email
 from homeserver.delegation.settings import DelegationSettings
@@ -31,6 +32,9 @@ from homeserver.delegation.synapse import SynapseClient, SynapseError, SynapseNo
 from homeserver.errors import M_UNKNOWN, MatrixError
 from homeserver.profile import profile_body
 from homeserver.sessions import Sessions
+
+if TYPE_CHECKING:
+    from homeserver.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 
@@ -104,12 +108,17 @@ class Delegation:
         sessions: Sessions,
         server_name: str,
         client: SynapseClient | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
         self.sessions = sessions
         self.server_name = server_name
+        self.metrics = metrics
         self.client = client if client is not None else SynapseClient(
-            settings.synapse_url, settings.secret, settings.timeout
+            settings.synapse_url,
+            settings.secret,
+            settings.timeout,
+            observe=metrics.observe_synapse if metrics is not None else None,
         )
         self.admins = settings.admins
         self._secret = ("Bearer " + settings.secret).encode("utf-8")
@@ -270,6 +279,8 @@ class Delegation:
                 await self.sessions.store.clear_resync(user, mark)
             done += 1
             logger.info("delegation: Synapse now has the devices of %r as they are here", user)
+        if self.metrics is not None:
+            self.metrics.observe_resyncs_pending(len(pending) - done)
         return done, len(pending) - done
 
     async def sync_user(self, name: str, user: User | None) -> str:
