@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from homeserver.context import build_homeserver, create_session_store
 from homeserver.delegation import load_delegation_settings
 from homeserver.delegation.introspection import ADMIN_SCOPE
+from homeserver.delegation.introspection import introspect as run_introspection
 from homeserver.errors import ConfigError
 from homeserver.sessions import token_digest
 from tests.delegation_fakes import SECRET, FakeSynapse
@@ -144,8 +146,6 @@ def test_a_short_secret_stops_start_up_with_one_line(tmp_path):
         f'[server]\nport = 0\n[auth]\njwt_secret = "{JWT_SECRET}"\n[backend.file]\npath = "users.json"\n'
         '[delegation]\nenabled = true\nsynapse_url = "http://127.0.0.1:9"\nsecret = "too-short"\n'
     )
-    import subprocess
-
     done = subprocess.run(
         [sys.executable, "run.py", "--config", str(config)], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
@@ -239,10 +239,8 @@ async def test_introspection_of_an_expiring_token_says_when(make_config, delegat
     config = make_config({"delegation": delegation_section, "auth": {"jwt_secret": JWT_SECRET, "token_lifetime": 3600}})
     hs = build_homeserver(config, backend, session_store)
     try:
-        from homeserver.delegation.introspection import introspect as run
-
         body = await hs.login.login(json.dumps({"type": "m.login.password", "user": "alice", "password": "wonderland"}).encode(), "127.0.0.1")
-        answer = await run(hs.auth, body["access_token"], frozenset())
+        answer = await run_introspection(hs.auth, body["access_token"], frozenset())
         assert 3590 <= answer["expires_in"] <= 3600
         assert answer["active"] is True
     finally:
