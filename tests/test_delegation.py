@@ -22,7 +22,7 @@ from homeserver.delegation.introspection import introspect as run_introspection
 from homeserver.errors import ConfigError
 from homeserver.sessions import token_digest
 from tests.delegation_fakes import SECRET, FakeSynapse
-from tests.helpers import JWT_SECRET, assert_error, assert_json
+from tests.helpers import JWT_SECRET, assert_error, assert_json, record
 from tests.openapi import validate
 from tests.servers import ROOT
 
@@ -397,6 +397,15 @@ async def test_a_failed_login_on_a_named_device_keeps_its_earlier_session(fetch,
     body = {"type": "m.login.password", "user": "alice", "password": "wonderland", "device_id": "PHONE"}
     assert_error(await fetch(LOGIN, "POST", json_body=body), 503, "M_UNKNOWN")
     assert (await introspect(fetch, first["access_token"]))[1]["active"] is True
+
+
+@pytest.mark.parametrize("user_records", [[record("Carol", "secret", "-c")]])
+async def test_a_name_synapse_refuses_is_said_plainly(fetch, synapse, caplog, user_records):
+    body = {"type": "m.login.password", "user": "Carol", "password": "secret"}
+    with caplog.at_level(logging.WARNING):
+        assert_error(await fetch(LOGIN, "POST", json_body=body), 503, "M_UNKNOWN")
+    assert "Synapse refuses the user name 'Carol' (provision_user: 400 M_INVALID_USERNAME" in caplog.text
+    assert "backend.ldap.lowercase_user_ids" in caplog.text
 
 
 async def test_a_wrong_password_calls_nothing(fetch, synapse):

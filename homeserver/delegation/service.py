@@ -157,7 +157,15 @@ class Delegation:
                     # Once per process, on the first login: Synapse's user ID shows its server_name.
                     await self.check_server_name(user.name)
             except SynapseError as exc:
-                logger.warning("login of %r refused: Synapse did not take it: %s", user.name, exc)
+                if exc.errcode == "M_INVALID_USERNAME":
+                    logger.error(
+                        "delegation: Synapse refuses the user name %r (%s): Matrix user names are lower-case "
+                        "a-z, 0-9 and ._=-/+ (with LDAP, see backend.ldap.lowercase_user_ids)",
+                        user.name,
+                        exc,
+                    )
+                else:
+                    logger.warning("login of %r refused: Synapse did not take it: %s", user.name, exc)
                 # The upsert may have landed before the answer was lost: take it back later.
                 await self._mark(user.name)
                 raise synapse_unavailable() from None
