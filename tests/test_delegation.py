@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from backends.sessions.base import Session
 from homeserver.context import build_homeserver, create_session_store
 from homeserver.delegation import load_delegation_settings
 from homeserver.delegation.introspection import ADMIN_SCOPE
@@ -695,3 +696,21 @@ async def test_synapse_calls_are_counted(make_config, metrics_on, backend, sessi
     finally:
         await hs.delegation.close()
         hs.checker.close()
+
+
+async def test_a_login_racing_a_sync_in_another_process_keeps_its_device(login, synapse, hs, session_store):
+    first = await login()
+    real_sync = hs.delegation.client.sync_devices
+
+    async def sync_while_another_process_logs_in(localpart, devices):
+        # Another worker's login: its device at Synapse, then its session here, while our
+        # sync (which read the devices before) is on its way.
+        await hs.delegation.client.upsert_device("alice", "RACER", None)
+        await session_store.open(Session("racer-digest", "alice", "RACER", 1, "127.0.0.1", 1), None)
+        await real_sync(localpart, devices)
+
+    hs.delegation.client.sync_devices = sync_while_another_process_logs_in
+    assert await hs.delegation.sync_devices("alice")
+    assert synapse.calls[-2] == ("sync_devices", {"localpart": "alice", "devices": [first["device_id"]]})
+    assert synapse.calls[-1] == ("upsert_device", {"localpart": "alice", "device_id": "RACER"})
+    assert set(synapse.devices["alice"]) == {first["device_id"], "RACER"}
