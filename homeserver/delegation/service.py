@@ -24,6 +24,7 @@ import secrets
 import string
 import time
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from backends.base import StoreUnavailable, User, canonical_email
 from homeserver.delegation.settings import DelegationSettings
@@ -31,6 +32,9 @@ from homeserver.delegation.synapse import SynapseClient, SynapseError, SynapseNo
 from homeserver.errors import M_UNKNOWN, MatrixError
 from homeserver.profile import profile_body
 from homeserver.sessions import Sessions
+
+if TYPE_CHECKING:
+    from homeserver.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 
@@ -104,12 +108,17 @@ class Delegation:
         sessions: Sessions,
         server_name: str,
         client: SynapseClient | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
         self.sessions = sessions
         self.server_name = server_name
+        self.metrics = metrics
         self.client = client if client is not None else SynapseClient(
-            settings.synapse_url, settings.secret, settings.timeout
+            settings.synapse_url,
+            settings.secret,
+            settings.timeout,
+            observe=metrics.observe_synapse if metrics is not None else None,
         )
         self.admins = settings.admins
         self._secret = ("Bearer " + settings.secret).encode("utf-8")
@@ -148,7 +157,15 @@ class Delegation:
                     # Once per process, on the first login: Synapse's user ID shows its server_name.
                     await self.check_server_name(user.name)
             except SynapseError as exc:
-                logger.warning("login of %r refused: Synapse did not take it: %s", user.name, exc)
+                if exc.errcode == "M_INVALID_USERNAME":
+                    logger.error(
+                        "delegation: Synapse refuses the user name %r (%s): Matrix user names are lower-case "
+                        "a-z, 0-9 and ._=-/+ (with LDAP, see backend.ldap.lowercase_user_ids)",
+                        user.name,
+                        exc,
+                    )
+                else:
+                    logger.warning("login of %r refused: Synapse did not take it: %s", user.name, exc)
                 # The upsert may have landed before the answer was lost: take it back later.
                 await self._mark(user.name)
                 raise synapse_unavailable() from None
@@ -211,8 +228,7 @@ class Delegation:
         """Tell Synapse the user's devices as they are here; True when it has them."""
         async with self._locks.hold(user):
             try:
-                devices = [d.device_id for d in await self.sessions.store.devices(user)]
-                await self.client.sync_devices(user, devices)
+                await self._sync(user)
                 return True
             except SynapseNotFound:
                 return True
@@ -220,6 +236,20 @@ class Delegation:
                 logger.warning("delegation: devices of %r not synced at Synapse yet: %s", user, exc)
                 await self._mark(user)
                 return False
+
+    async def _sync(self, user: str) -> list[str]:
+        """`sync_devices` with the user's open devices here; the devices sent.
+
+        A login in another process may open a session between the read and Synapse's
+        answer (this process serialises its own per user): a device found open afterwards
+        that was not sent is upserted again, so that login is not refused at Synapse.
+        """
+        devices = sorted(d.device_id for d in await self.sessions.store.devices(user))
+        await self.client.sync_devices(user, devices)
+        for device in await self.sessions.store.devices(user):
+            if device.device_id not in devices:
+                await self.client.upsert_device(user, device.device_id, device.display_name or None)
+        return devices
 
     async def rename(self, user: str, device_id: str, display_name: str) -> None:
         """A device's new name at Synapse, before it changes here; 503 when Synapse is away."""
@@ -253,8 +283,7 @@ class Delegation:
         for user, mark in sorted(pending.items()):
             async with self._locks.hold(user):
                 try:
-                    devices = [d.device_id for d in await self.sessions.store.devices(user)]
-                    await self.client.sync_devices(user, devices)
+                    await self._sync(user)
                 except SynapseNotFound:
                     pass
                 except SynapseUnreachable:
@@ -270,6 +299,8 @@ class Delegation:
                 await self.sessions.store.clear_resync(user, mark)
             done += 1
             logger.info("delegation: Synapse now has the devices of %r as they are here", user)
+        if self.metrics is not None:
+            self.metrics.observe_resyncs_pending(len(pending) - done)
         return done, len(pending) - done
 
     async def sync_user(self, name: str, user: User | None) -> str:
@@ -280,11 +311,10 @@ class Delegation:
             done = "not in the user store"
             if user is not None:
                 done = "created at Synapse" if await self._provision(user) else "updated at Synapse"
-            devices = sorted(d.device_id for d in await self.sessions.store.devices(name))
             try:
-                await self.client.sync_devices(name, devices)
-            except SynapseNotFound:
-                pass  # a user Synapse never had has no devices there
+                devices = await self._sync(name)
+            except SynapseNotFound:  # a user Synapse never had has no devices there
+                devices = sorted(d.device_id for d in await self.sessions.store.devices(name))
             if pending is not None:
                 await self.sessions.store.clear_resync(name, pending)
         return f"{done}; devices {' '.join(devices) or 'none'}"
