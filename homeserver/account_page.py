@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from backends.base import User
+from homeserver.delegation.synapse import SynapseNotFound
 from homeserver.devices import device_body, display_name_of
 from homeserver.errors import MatrixError
 from homeserver.login import LoginRefused
@@ -65,6 +66,7 @@ WRONG_PASSWORD = "Wrong password."
 ACCOUNT_LOCKED = "This account is locked. Ask the server's operator."
 STORE_DOWN = "The account store cannot be reached right now. Try again in a moment."
 SYNAPSE_DOWN = "Synapse cannot be reached, try again."
+NOT_AT_SYNAPSE = "Your account has no cross-signing keys yet: sign in with a Matrix client first."
 
 
 def action_of(value: str | None) -> str:
@@ -276,6 +278,9 @@ async def allow_cross_signing_reset(hs: HomeServer, user: User) -> None:
         raise PageError(404, "This server has no Synapse behind it: there are no cross-signing keys to reset here.")
     try:
         await delegation.allow_cross_signing_reset(user.name)
+    except SynapseNotFound:
+        # Never provisioned: no Matrix client ever signed in, so there are no keys to reset.
+        raise PageError(404, NOT_AT_SYNAPSE) from None
     except Exception as exc:  # Synapse refused, timed out or is down: the person may retry
         logger.warning("allow_cross_signing_reset for %r failed: %r", user.name, exc)
         raise PageError(502, SYNAPSE_DOWN) from None

@@ -2,7 +2,8 @@
 
 Only the call the page makes (`allow_cross_signing_reset`) matters here; the real Synapse
 behind nginx is the delegation end-to-end tests' business. `FakeDelegation` has the shape
-of `hs.delegation` the page calls (`allow_cross_signing_reset(localpart)`).
+of `hs.delegation` the page calls (`allow_cross_signing_reset(localpart)`), through the real
+Synapse client (homeserver.delegation.synapse).
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import json
 from typing import Any
 
 import tornado.web
-from tornado.httpclient import AsyncHTTPClient
+
+from homeserver.delegation.synapse import SynapseClient
 
 SECRET = "fake-synapse-shared-secret"
 
@@ -20,6 +22,7 @@ class Calls:
     def __init__(self) -> None:
         self.received: list[tuple[str, Any]] = []
         self.fail = False
+        self.unknown_users: set[str] = set()
 
 
 class MasHandler(tornado.web.RequestHandler):
@@ -35,7 +38,12 @@ class MasHandler(tornado.web.RequestHandler):
             self.set_status(500)
             self.finish({"errcode": "M_UNKNOWN", "error": "Internal server error"})
             return
-        self.calls.received.append((call, json.loads(self.request.body)))
+        body = json.loads(self.request.body)
+        if body.get("localpart") in self.calls.unknown_users:
+            self.set_status(404)
+            self.finish({"errcode": "M_NOT_FOUND", "error": "User not found"})
+            return
+        self.calls.received.append((call, body))
         self.finish({})
 
 
@@ -44,18 +52,13 @@ def fake_synapse_app(calls: Calls) -> tornado.web.Application:
 
 
 class FakeDelegation:
-    """What the page needs of hs.delegation, calling the fake over HTTP as the real one would."""
+    """What the page needs of hs.delegation: the real Synapse client, pointed at the fake."""
 
     def __init__(self, synapse_url: str) -> None:
-        self.synapse_url = synapse_url
+        self.client = SynapseClient(synapse_url, SECRET, timeout=5.0)
 
     async def close(self) -> None:
-        pass
+        self.client.close()
 
     async def allow_cross_signing_reset(self, localpart: str) -> None:
-        await AsyncHTTPClient().fetch(
-            self.synapse_url + "/_synapse/mas/allow_cross_signing_reset",
-            method="POST",
-            body=json.dumps({"localpart": localpart}),
-            headers={"Authorization": f"Bearer {SECRET}", "Content-Type": "application/json"},
-        )
+        await self.client.allow_cross_signing_reset(localpart)

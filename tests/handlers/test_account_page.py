@@ -405,8 +405,10 @@ def fake_synapse(hs, io_loop):
     sock, port = bind_unused_port()
     server = HTTPServer(fake_synapse_app(calls))
     server.add_sockets([sock])
-    hs.delegation = FakeDelegation(f"http://127.0.0.1:{port}")
+    delegation = FakeDelegation(f"http://127.0.0.1:{port}")
+    hs.delegation = delegation
     yield calls
+    io_loop.run_sync(delegation.close)
     server.stop()
 
 
@@ -439,3 +441,9 @@ def test_served_by_run_py(start):
         assert b"<h1>Sign in</h1>" in resp.read()
     with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/account/style.css", timeout=10) as resp:
         assert resp.headers["Content-Type"] == "text/css; charset=UTF-8"
+
+
+async def test_cross_signing_reset_for_a_user_synapse_does_not_know(browser, signed_in, fake_synapse):
+    fake_synapse.unknown_users.add("alice")
+    body = assert_page(await browser.post({"op": "reset", "password": "wonderland"}), 404)
+    assert "sign in with a Matrix client first" in body
