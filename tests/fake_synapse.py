@@ -60,8 +60,5 @@ class FakeDelegation:
     async def close(self) -> None:
         self.client.close()
 
-    async def close(self) -> None:
-        """Nothing to release (HomeServer.close calls it)."""
-
     async def allow_cross_signing_reset(self, localpart: str) -> None:
         await self.client.allow_cross_signing_reset(localpart)
