@@ -122,7 +122,8 @@ def build_homeserver(
         metrics=metrics,
     )
     settings = load_delegation_settings(config)
-    delegation = Delegation(settings, sessions, config.get("server", "server_name")) if settings else None
+    server_name = config.get("server", "server_name")
+    delegation = Delegation(settings, sessions, server_name, metrics=metrics) if settings else None
     return HomeServer(
         config=config,
         delegation=delegation,

@@ -132,11 +132,13 @@ class LoginService:
         await self.limits.check_address(client_ip)
         if self.delegation is None:
             request = parse_login(decode_json_object(body), self.server_name)
+            fresh = ""
         else:
             # One device per login (Synapse keeps keys and to-device messages per device),
             # and a device id Synapse takes.
+            fresh = new_device_id()
             request = parse_login(
-                decode_json_object(body), self.server_name, new_device_id(), max_device_id=MAX_SYNAPSE_DEVICE_ID
+                decode_json_object(body), self.server_name, fresh, max_device_id=MAX_SYNAPSE_DEVICE_ID
             )
         user, token = await self._verify(request, issue=True)
         if self.delegation is None:
@@ -147,7 +149,8 @@ class LoginService:
             # cannot be told); then the device's earlier sessions end (MAS's rule: one
             # device, one session; the device and its keys stay at Synapse) and this one opens.
             async with self.delegation.login(user, request.device_id, request.display_name):
-                await self.sessions.end_devices(user.name, [request.device_id], REPLACED)
+                if request.device_id != fresh:
+                    await self.sessions.end_devices(user.name, [request.device_id], REPLACED)
                 await self.sessions.open(token, user.name, request.device_id, request.display_name, client_ip)
         return {
             "user_id": user_id(user.name, self.server_name),

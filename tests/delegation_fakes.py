@@ -2,7 +2,7 @@
 
 It keeps users and devices as Synapse would (upsert 201/200, delete 204, sync, 404 M_NOT_FOUND
 for an unknown user), records every call, and can misbehave on demand: answer 500, hang,
-send a body that is not JSON, refuse the secret (403), have no such API (404
+send a body that is not JSON or one too large, refuse the secret (403), have no such API (404
 M_UNRECOGNIZED), or be down altogether (`stop()`, then `start()` again on the same port).
 The real Synapse behind nginx is the end-to-end tests' business (tests/test_delegation_e2e*).
 """
@@ -20,7 +20,7 @@ from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
 SECRET = "synapse-shared-secret-0123456789abcdef"
-MODES = ("ok", "error", "hang", "garbage", "wrong_secret", "no_api")
+MODES = ("ok", "error", "hang", "garbage", "huge", "wrong_secret", "no_api")
 
 
 class FakeSynapse:
@@ -105,6 +105,9 @@ class MasHandler(tornado.web.RequestHandler):
         if mode == "garbage":
             self.set_status(200)
             return self.finish(b"<html>not json")
+        if mode == "huge":  # a JSON answer over the client's 1 MiB bound
+            self.set_status(200)
+            return self.finish(b'{"x": "' + b"x" * (2 << 20) + b'"}')
         fake.calls.append((call, body))
         localpart = body.get("localpart", "")
         user = fake.users.get(localpart)

@@ -18,6 +18,7 @@ from homeserver.context import build_homeserver, create_session_store
 from homeserver.delegation import load_delegation_settings
 from homeserver.delegation.introspection import ADMIN_SCOPE
 from homeserver.errors import ConfigError
+from homeserver.sessions import token_digest
 from tests.delegation_fakes import SECRET, FakeSynapse
 from tests.helpers import JWT_SECRET, assert_error, assert_json
 from tests.openapi import validate
@@ -303,14 +304,15 @@ async def test_each_login_gets_its_own_device_and_synapse_has_it_first(fetch, lo
     second = await login()
     assert DEVICE_ID.fullmatch(first["device_id"]) and DEVICE_ID.fullmatch(second["device_id"])
     assert first["device_id"] != second["device_id"]
-    assert synapse.names() == ["provision_user", "query_user", "upsert_device", "upsert_device"]
+    # Synapse's server_name is read once per process, on the first login.
+    assert synapse.names() == ["provision_user", "upsert_device", "query_user", "upsert_device"]
     assert synapse.calls[0][1] == {
         "localpart": "alice",
         "set_displayname": "Alice [alice]",
         "set_avatar_url": "mxc://localhost/alice",
         "unset_emails": True,
     }
-    assert synapse.calls[2][1] == {"localpart": "alice", "device_id": first["device_id"], "display_name": "Alice's phone"}
+    assert synapse.calls[1][1] == {"localpart": "alice", "device_id": first["device_id"], "display_name": "Alice's phone"}
     assert synapse.calls[3][1] == {"localpart": "alice", "device_id": second["device_id"]}
     assert synapse.devices["alice"] == {first["device_id"]: "Alice's phone", second["device_id"]: None}
 
@@ -370,7 +372,7 @@ async def test_a_device_id_synapse_would_refuse_is_a_400(fetch, synapse):
     assert synapse.calls == []
 
 
-@pytest.mark.parametrize("mode", ["down", "error", "hang", "garbage", "wrong_secret", "no_api"])
+@pytest.mark.parametrize("mode", ["down", "error", "hang", "garbage", "huge", "wrong_secret", "no_api"])
 async def test_login_when_synapse_cannot_take_it_is_503_and_leaves_nothing(fetch, synapse, session_store, mode, caplog):
     if mode == "down":
         await synapse.stop()
@@ -423,7 +425,9 @@ async def test_server_name_mismatch_is_said_in_one_line(login, synapse, caplog):
 async def test_logout_deletes_the_device_at_synapse(fetch, login, synapse):
     body = await login()
     keep = await login()
-    assert (await fetch(LOGOUT, "POST", token=body["access_token"])).status == 200
+    resp = await fetch(LOGOUT, "POST", token=body["access_token"])
+    assert assert_json(resp) == {}
+    validate(resp, "logout.yaml", "/logout", "POST")
     assert synapse.calls[-1] == ("delete_device", {"localpart": "alice", "device_id": body["device_id"]})
     assert list(synapse.devices["alice"]) == [keep["device_id"]]
 
@@ -645,3 +649,42 @@ def test_a_server_starts_before_synapse_and_says_so(start):
     assert (status, body["errcode"]) == (503, "M_UNKNOWN")
     assert server.proc.poll() is None
     assert server.log.read_text().count("delegation: Synapse at http://127.0.0.1:9 cannot be reached") == 1
+
+
+async def test_resync_refused_is_said_once_and_kept(login, synapse, hs, session_store, caplog):
+    await login()
+    await session_store.mark_resync("alice", 7)
+    synapse.modes["sync_devices"] = "wrong_secret"
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            assert await hs.delegation.resync_pending() == (0, 1)
+    assert caplog.text.count("refuses our secret") == 1
+    synapse.modes.clear()
+    assert await hs.delegation.resync_pending() == (1, 0)
+    assert await session_store.resyncs() == {}
+
+
+@pytest.fixture
+def metrics_on(config_overrides):
+    return {**config_overrides, "metrics": {"enabled": True}}
+
+
+async def test_synapse_calls_are_counted(make_config, metrics_on, backend, session_store, synapse):
+    hs = build_homeserver(make_config(metrics_on), backend, session_store)
+    try:
+        body = await hs.login.login(json.dumps({"type": "m.login.password", "user": "alice", "password": "wonderland"}).encode(), "127.0.0.1")
+        await synapse.stop()
+        session = await session_store.get("alice", token_digest(body["access_token"]))
+        await hs.devices.logout(session)
+        await hs.delegation.resync_pending()
+        text, _ = hs.metrics.render("text/plain")
+        lines = text.decode()
+        assert 'homeserver_synapse_calls_total{call="upsert_device",outcome="ok"} 1.0' in lines
+        assert 'homeserver_synapse_calls_total{call="provision_user",outcome="ok"} 1.0' in lines
+        assert 'homeserver_synapse_calls_total{call="delete_device",outcome="unreachable"} 1.0' in lines
+        assert 'homeserver_synapse_calls_total{call="sync_devices",outcome="unreachable"} 1.0' in lines
+        assert "homeserver_delegation_resyncs_pending 1.0" in lines
+        assert 'homeserver_synapse_call_duration_seconds_count{call="upsert_device"} 1.0' in lines
+    finally:
+        await hs.delegation.close()
+        hs.checker.close()

@@ -24,6 +24,7 @@ import secrets
 import string
 import time
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from backends.base import StoreUnavailable, User, canonical_email
 from homeserver.delegation.settings import DelegationSettings
@@ -31,6 +32,9 @@ from homeserver.delegation.synapse import SynapseClient, SynapseError, SynapseNo
 from homeserver.errors import M_UNKNOWN, MatrixError
 from homeserver.profile import profile_body
 from homeserver.sessions import Sessions
+
+if TYPE_CHECKING:
+    from homeserver.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 
@@ -104,18 +108,24 @@ class Delegation:
         sessions: Sessions,
         server_name: str,
         client: SynapseClient | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
         self.sessions = sessions
         self.server_name = server_name
+        self.metrics = metrics
         self.client = client if client is not None else SynapseClient(
-            settings.synapse_url, settings.secret, settings.timeout
+            settings.synapse_url,
+            settings.secret,
+            settings.timeout,
+            observe=metrics.observe_synapse if metrics is not None else None,
         )
         self.admins = settings.admins
         self._secret = ("Bearer " + settings.secret).encode("utf-8")
         self._locks = KeyedLocks()
         self._server_name_checked = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self._refusals: dict[str, str] = {}  # the last refusal said per user, by the resync
 
     # -- Synapse calling us ---------------------------------------------------------
 
@@ -143,6 +153,9 @@ class Delegation:
                     # Synapse lost the user (its database was reset): provision again.
                     await self._provision(user)
                     await self.client.upsert_device(user.name, device_id, display_name)
+                if not self._server_name_checked:
+                    # Once per process, on the first login: Synapse's user ID shows its server_name.
+                    await self.check_server_name(user.name)
             except SynapseError as exc:
                 logger.warning("login of %r refused: Synapse did not take it: %s", user.name, exc)
                 # The upsert may have landed before the answer was lost: take it back later.
@@ -164,8 +177,6 @@ class Delegation:
         created = await self.client.provision_user(user.name, display_name=display, avatar_url=avatar, emails=emails)
         await self.sessions.store.set_provisioned(user.name, digest or profile_digest(user))
         logger.info("delegation: %s %r at Synapse", "created" if created else "updated", user.name)
-        if not self._server_name_checked:
-            await self.check_server_name(user.name)
         return created
 
     async def check_server_name(self, localpart: str) -> None:
@@ -258,11 +269,18 @@ class Delegation:
                 except SynapseUnreachable:
                     break  # the others would fail alike: next round
                 except SynapseError as exc:
-                    logger.warning("delegation: resync of %r refused: %s", user, exc)
+                    if exc.status in (401, 403, 405) or exc.errcode == "M_UNRECOGNIZED":
+                        break  # a wrong secret, no API (said once by the client): the others alike
+                    if self._refusals.get(user) != str(exc):  # said once, not at every round
+                        self._refusals[user] = str(exc)
+                        logger.warning("delegation: resync of %r refused, retrying: %s", user, exc)
                     continue
+                self._refusals.pop(user, None)
                 await self.sessions.store.clear_resync(user, mark)
             done += 1
             logger.info("delegation: Synapse now has the devices of %r as they are here", user)
+        if self.metrics is not None:
+            self.metrics.observe_resyncs_pending(len(pending) - done)
         return done, len(pending) - done
 
     async def sync_user(self, name: str, user: User | None) -> str:
@@ -283,22 +301,15 @@ class Delegation:
         return f"{done}; devices {' '.join(devices) or 'none'}"
 
     async def probe(self) -> bool:
-        """One call Synapse must answer: True when it takes our secret (a wrong one is logged)."""
+        """One read-only call Synapse must answer: True when it takes our secret (a wrong
+        secret, or a Synapse without delegation, is logged in one line by the client)."""
         try:
-            names = await self.sessions.store.users()
-        except StoreUnavailable:
-            names = []
-        localpart = names[0] if names else PROBE_LOCALPART
-        try:
-            found = await self.client.query_user(localpart)
+            await self.client.query_user(PROBE_LOCALPART)
         except SynapseNotFound:
-            found = None
+            pass  # the usual answer: the secret is good, no such user
         except SynapseError:
             return False
         logger.info("delegation: Synapse at %s answers and takes our secret", self.settings.synapse_url)
-        if found is not None:
-            self._server_name_checked = False
-            await self.check_server_name(localpart)
         return True
 
     async def run_forever(self) -> None:

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest, HTTPResponse
@@ -47,7 +49,15 @@ class SynapseNotFound(SynapseRefused):
 class SynapseClient:
     """Calls Synapse's `/_synapse/mas/` API with the shared secret."""
 
-    def __init__(self, synapse_url: str, secret: str, timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        synapse_url: str,
+        secret: str,
+        timeout: float = 5.0,
+        observe: Callable[[str, str, float], None] | None = None,
+    ) -> None:
+        # observe(call, outcome, seconds): the metrics' hook (ok, not_found, refused, unreachable).
+        self.observe = observe
         self.base = synapse_url.rstrip("/") + "/_synapse/mas/"
         self.synapse_url = synapse_url.rstrip("/")
         self.timeout = timeout
@@ -130,6 +140,23 @@ class SynapseClient:
     # -- plumbing -------------------------------------------------------------------
 
     async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+        if self.observe is None:
+            return await self._send(method, path, body)
+        name, started, outcome = path.partition("?")[0], time.perf_counter(), "unreachable"
+        try:
+            result = await self._send(method, path, body)
+            outcome = "ok"
+            return result
+        except SynapseNotFound:
+            outcome = "not_found"
+            raise
+        except SynapseRefused:
+            outcome = "refused"
+            raise
+        finally:
+            self.observe(name, outcome, time.perf_counter() - started)
+
+    async def _send(self, method: str, path: str, body: dict[str, Any] | None) -> tuple[int, dict[str, Any]]:
         name = path.partition("?")[0]
         request = HTTPRequest(
             self.base + path,

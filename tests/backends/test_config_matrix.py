@@ -3,10 +3,13 @@
 Each feature has tests of its own, but operators turn them on together (a metrics switch
 once broke login by e-mail address and no test saw it). Here real `run.py` processes run
 on real stores, the user backend (file, Redis, LDAP) x the session store (SQLite, Redis)
-x metrics (off, on) x worker processes (1, 2), in a set of configurations that holds
+x metrics (off, on) x worker processes (1, 2) x delegation to a (fake) Synapse (off, on),
+in a set of configurations that holds
 every pair of settings at least once (checked below), and each runs the same scenario:
 login by name and by e-mail address, profile, whoami, capabilities, the devices list, a
-second login, and a logout that leaves the other token alive, on every worker.
+second login, and a logout that leaves the other token alive, on every worker (with
+delegation: each login its own device at Synapse, the logout's deleted there, and the
+tokens introspected as Synapse would).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 import secrets
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +25,9 @@ import pytest
 import redis
 
 from tests.backends.slapd import READER_DN, READER_PASSWORD, SUFFIX, Slapd
-from tests.helpers import DEFAULT_USERS, assert_error, assert_json, record
+from tests.delegation_fakes import SECRET as SYNAPSE_SECRET
+from tests.delegation_fakes import FakeSynapseThread
+from tests.helpers import DEFAULT_USERS, Response, assert_error, assert_json, record
 from tests.openapi import validate
 from tests.servers import ServerProcess
 
@@ -30,15 +36,16 @@ FACTORS = {
     "sessions": ("sqlite", "redis"),
     "metrics": (False, True),
     "processes": (1, 2),
+    "delegation": (False, True),
 }
-# Six rows hold every pair of the four factors' values (the fewest possible: 3 x 2).
+# Six rows hold every pair of the five factors' values (the fewest possible: 3 x 2).
 MATRIX = [
-    ("file", "sqlite", False, 1),
-    ("file", "redis", True, 2),
-    ("redis", "sqlite", True, 2),
-    ("redis", "redis", False, 1),
-    ("ldap", "sqlite", False, 2),
-    ("ldap", "redis", True, 1),
+    ("file", "sqlite", False, 1, False),
+    ("file", "redis", True, 2, True),
+    ("redis", "sqlite", True, 2, False),
+    ("redis", "redis", False, 1, True),
+    ("ldap", "sqlite", False, 2, True),
+    ("ldap", "redis", True, 1, False),
 ]
 
 # The user of the scenario, the same in every user store (the test directory has bob too).
@@ -99,9 +106,28 @@ def every_worker(server: ServerProcess, processes: int, check: Any) -> None:
         check()
 
 
-@pytest.mark.parametrize(("backend", "sessions", "metrics", "processes"), MATRIX)
+def introspect(server: ServerProcess, token: str) -> Any:
+    """POST /oauth2/introspect as Synapse sends it; the 200 answer."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{server.port}/oauth2/introspect",
+        data=f"token={token}&token_type_hint=access_token".encode(),
+        headers={"Authorization": f"Bearer {SYNAPSE_SECRET}", "Content-Type": "application/x-www-form-urlencoded"},
+    )
+    with urllib.request.urlopen(request, timeout=20) as resp:
+        return assert_json(Response(resp.status, resp.headers, resp.read()))
+
+
+@pytest.mark.parametrize(("backend", "sessions", "metrics", "processes", "delegation"), MATRIX)
 def test_one_client_scenario_in_every_configuration(
-    tmp_path, request, redis_url, redis_client, backend: str, sessions: str, metrics: bool, processes: int
+    tmp_path,
+    request,
+    redis_url,
+    redis_client,
+    backend: str,
+    sessions: str,
+    metrics: bool,
+    processes: int,
+    delegation: bool,
 ) -> None:
     prefix = f"matrix-{secrets.token_hex(4)}:"
     slapd = request.getfixturevalue("slapd") if backend == "ldap" else None
@@ -113,16 +139,21 @@ def test_one_client_scenario_in_every_configuration(
     users = [*DEFAULT_USERS[:1], record(NAME, PASSWORD, "bob-ident", email=EMAIL)]
     extra = users_section(backend, redis_url, prefix, slapd) + sessions_section(sessions, redis_url, prefix)
     extra += f"[metrics]\nenabled = {json.dumps(metrics)}\n"
+    synapse = FakeSynapseThread() if delegation else None
+    if synapse is not None:
+        extra += f'[delegation]\nenabled = true\nsynapse_url = "{synapse.url}"\nsecret = "{SYNAPSE_SECRET}"\n'
     server = ServerProcess(tmp_path, processes, extra, users=users)
     try:
-        scenario(server, processes, metrics)
+        scenario(server, processes, metrics, synapse)
     finally:
         server.stop()
+        if synapse is not None:
+            synapse.close()
         for key in redis_client.scan_iter(f"{prefix}*"):
             redis_client.delete(key)
 
 
-def scenario(server: ServerProcess, processes: int, metrics: bool) -> None:
+def scenario(server: ServerProcess, processes: int, metrics: bool, synapse: FakeSynapseThread | None) -> None:
     assert_json(server.fetch("/health/ready"))
 
     # Login by name, then by e-mail address (Element's m.id.thirdparty): the same user.
@@ -145,7 +176,10 @@ def scenario(server: ServerProcess, processes: int, metrics: bool) -> None:
     assert "m.change_password" in assert_json(capabilities)["capabilities"]
     validate(capabilities, "capabilities.yaml", "/capabilities")
     devices = server.fetch(f"{API}/devices", token=first["access_token"])
-    assert [d["device_id"] for d in assert_json(devices)["devices"]] == [first["device_id"]]
+    # Without delegation both logins share DUMMY; with it each has its own device.
+    assert (first["device_id"] == second["device_id"] == "DUMMY") is (synapse is None), (first, second)
+    ids = sorted({first["device_id"], second["device_id"]})
+    assert [d["device_id"] for d in assert_json(devices)["devices"]] == ids
     validate(devices, "device_management.yaml", "/devices")
 
     # A second login, then a logout of the first: its token is dead on every worker, the
@@ -160,6 +194,16 @@ def scenario(server: ServerProcess, processes: int, metrics: bool) -> None:
             assert assert_json(server.fetch(f"{API}/account/whoami", token=token))["user_id"] == first["user_id"]
 
     every_worker(server, processes, first_dead_others_alive)
+    if synapse is not None:
+        # Synapse got each login's device first, and the logout's deleted before the answer.
+        assert synapse.fake.devices[NAME] == {second["device_id"]: None, third["device_id"]: None}
+
+        def introspected_alike() -> None:
+            assert introspect(server, first["access_token"]) == {"active": False}
+            answer = introspect(server, third["access_token"])
+            assert (answer["active"], answer["username"], answer["device_id"]) == (True, NAME, third["device_id"])
+
+        every_worker(server, processes, introspected_alike)
 
     exposition = server.fetch("/metrics")
     if metrics:
