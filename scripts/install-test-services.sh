@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Install, from Debian's packages, the servers the Redis and LDAP tests start privately
-# (redis-server; slapd and ldap-utils; openssl for test certificates), and the browser the account
-# page tests drive (chromium, chromium-driver), and nginx (the reverse proxy in front of Synapse
-# in the delegation tests), when missing. Needs root (or sudo). Then matrix-synapse from PyPI into
-# its cached virtualenv outside the repository (tests/synapse.py), as the user running the tests.
+# Install, from Debian's packages, what the tests need when it is missing: the servers the
+# Redis and LDAP tests start privately (redis-server; slapd and ldap-utils; openssl for test
+# certificates), the browser the account page tests drive (chromium, chromium-driver),
+# Node.js with npm (the matrix-js-sdk client test installs its package from the npm
+# registry), curl (the README's curl sessions are run), and nginx (the reverse proxy in front of
+# Synapse in the delegation tests). Needs root (or sudo). Then matrix-synapse from PyPI into its
+# cached virtualenv outside the repository (tests/synapse.py), as the user running the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 install_synapse() {
@@ -16,7 +18,11 @@ command -v ldapwhoami >/dev/null 2>&1 || need+=(ldap-utils)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
+command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
+python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 if [ ${#need[@]} -eq 0 ]; then
     install_synapse
     exit 0

@@ -112,6 +112,8 @@ class MasHandler(tornado.web.RequestHandler):
         localpart = body.get("localpart", "")
         user = fake.users.get(localpart)
         if call == "provision_user":
+            if localpart != localpart.lower():  # Synapse's check_username
+                return self._error(400, "M_INVALID_USERNAME", "User ID may not contain upper-case letters")
             created = user is None
             user = fake.users.setdefault(localpart, {})
             for key in ("displayname", "avatar_url", "emails"):

@@ -8,19 +8,22 @@ import asyncio
 import json
 import logging
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from backends.sessions.base import Session
 from homeserver.context import build_homeserver, create_session_store
 from homeserver.delegation import load_delegation_settings
 from homeserver.delegation.introspection import ADMIN_SCOPE
+from homeserver.delegation.introspection import introspect as run_introspection
 from homeserver.errors import ConfigError
 from homeserver.sessions import token_digest
 from tests.delegation_fakes import SECRET, FakeSynapse
-from tests.helpers import JWT_SECRET, assert_error, assert_json
+from tests.helpers import JWT_SECRET, assert_error, assert_json, record
 from tests.openapi import validate
 from tests.servers import ROOT
 
@@ -144,8 +147,6 @@ def test_a_short_secret_stops_start_up_with_one_line(tmp_path):
         f'[server]\nport = 0\n[auth]\njwt_secret = "{JWT_SECRET}"\n[backend.file]\npath = "users.json"\n'
         '[delegation]\nenabled = true\nsynapse_url = "http://127.0.0.1:9"\nsecret = "too-short"\n'
     )
-    import subprocess
-
     done = subprocess.run(
         [sys.executable, "run.py", "--config", str(config)], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
@@ -239,10 +240,8 @@ async def test_introspection_of_an_expiring_token_says_when(make_config, delegat
     config = make_config({"delegation": delegation_section, "auth": {"jwt_secret": JWT_SECRET, "token_lifetime": 3600}})
     hs = build_homeserver(config, backend, session_store)
     try:
-        from homeserver.delegation.introspection import introspect as run
-
         body = await hs.login.login(json.dumps({"type": "m.login.password", "user": "alice", "password": "wonderland"}).encode(), "127.0.0.1")
-        answer = await run(hs.auth, body["access_token"], frozenset())
+        answer = await run_introspection(hs.auth, body["access_token"], frozenset())
         assert 3590 <= answer["expires_in"] <= 3600
         assert answer["active"] is True
     finally:
@@ -399,6 +398,15 @@ async def test_a_failed_login_on_a_named_device_keeps_its_earlier_session(fetch,
     body = {"type": "m.login.password", "user": "alice", "password": "wonderland", "device_id": "PHONE"}
     assert_error(await fetch(LOGIN, "POST", json_body=body), 503, "M_UNKNOWN")
     assert (await introspect(fetch, first["access_token"]))[1]["active"] is True
+
+
+@pytest.mark.parametrize("user_records", [[record("Carol", "secret", "-c")]])
+async def test_a_name_synapse_refuses_is_said_plainly(fetch, synapse, caplog, user_records):
+    body = {"type": "m.login.password", "user": "Carol", "password": "secret"}
+    with caplog.at_level(logging.WARNING):
+        assert_error(await fetch(LOGIN, "POST", json_body=body), 503, "M_UNKNOWN")
+    assert "Synapse refuses the user name 'Carol' (provision_user: 400 M_INVALID_USERNAME" in caplog.text
+    assert "backend.ldap.lowercase_user_ids" in caplog.text
 
 
 async def test_a_wrong_password_calls_nothing(fetch, synapse):
@@ -688,3 +696,21 @@ async def test_synapse_calls_are_counted(make_config, metrics_on, backend, sessi
     finally:
         await hs.delegation.close()
         hs.checker.close()
+
+
+async def test_a_login_racing_a_sync_in_another_process_keeps_its_device(login, synapse, hs, session_store):
+    first = await login()
+    real_sync = hs.delegation.client.sync_devices
+
+    async def sync_while_another_process_logs_in(localpart, devices):
+        # Another worker's login: its device at Synapse, then its session here, while our
+        # sync (which read the devices before) is on its way.
+        await hs.delegation.client.upsert_device("alice", "RACER", None)
+        await session_store.open(Session("racer-digest", "alice", "RACER", 1, "127.0.0.1", 1), None)
+        await real_sync(localpart, devices)
+
+    hs.delegation.client.sync_devices = sync_while_another_process_logs_in
+    assert await hs.delegation.sync_devices("alice")
+    assert synapse.calls[-2] == ("sync_devices", {"localpart": "alice", "devices": [first["device_id"]]})
+    assert synapse.calls[-1] == ("upsert_device", {"localpart": "alice", "device_id": "RACER"})
+    assert set(synapse.devices["alice"]) == {first["device_id"], "RACER"}

@@ -157,7 +157,15 @@ class Delegation:
                     # Once per process, on the first login: Synapse's user ID shows its server_name.
                     await self.check_server_name(user.name)
             except SynapseError as exc:
-                logger.warning("login of %r refused: Synapse did not take it: %s", user.name, exc)
+                if exc.errcode == "M_INVALID_USERNAME":
+                    logger.error(
+                        "delegation: Synapse refuses the user name %r (%s): Matrix user names are lower-case "
+                        "a-z, 0-9 and ._=-/+ (with LDAP, see backend.ldap.lowercase_user_ids)",
+                        user.name,
+                        exc,
+                    )
+                else:
+                    logger.warning("login of %r refused: Synapse did not take it: %s", user.name, exc)
                 # The upsert may have landed before the answer was lost: take it back later.
                 await self._mark(user.name)
                 raise synapse_unavailable() from None
@@ -220,8 +228,7 @@ class Delegation:
         """Tell Synapse the user's devices as they are here; True when it has them."""
         async with self._locks.hold(user):
             try:
-                devices = [d.device_id for d in await self.sessions.store.devices(user)]
-                await self.client.sync_devices(user, devices)
+                await self._sync(user)
                 return True
             except SynapseNotFound:
                 return True
@@ -229,6 +236,20 @@ class Delegation:
                 logger.warning("delegation: devices of %r not synced at Synapse yet: %s", user, exc)
                 await self._mark(user)
                 return False
+
+    async def _sync(self, user: str) -> list[str]:
+        """`sync_devices` with the user's open devices here; the devices sent.
+
+        A login in another process may open a session between the read and Synapse's
+        answer (this process serialises its own per user): a device found open afterwards
+        that was not sent is upserted again, so that login is not refused at Synapse.
+        """
+        devices = sorted(d.device_id for d in await self.sessions.store.devices(user))
+        await self.client.sync_devices(user, devices)
+        for device in await self.sessions.store.devices(user):
+            if device.device_id not in devices:
+                await self.client.upsert_device(user, device.device_id, device.display_name or None)
+        return devices
 
     async def rename(self, user: str, device_id: str, display_name: str) -> None:
         """A device's new name at Synapse, before it changes here; 503 when Synapse is away."""
@@ -262,8 +283,7 @@ class Delegation:
         for user, mark in sorted(pending.items()):
             async with self._locks.hold(user):
                 try:
-                    devices = [d.device_id for d in await self.sessions.store.devices(user)]
-                    await self.client.sync_devices(user, devices)
+                    await self._sync(user)
                 except SynapseNotFound:
                     pass
                 except SynapseUnreachable:
@@ -291,11 +311,10 @@ class Delegation:
             done = "not in the user store"
             if user is not None:
                 done = "created at Synapse" if await self._provision(user) else "updated at Synapse"
-            devices = sorted(d.device_id for d in await self.sessions.store.devices(name))
             try:
-                await self.client.sync_devices(name, devices)
-            except SynapseNotFound:
-                pass  # a user Synapse never had has no devices there
+                devices = await self._sync(name)
+            except SynapseNotFound:  # a user Synapse never had has no devices there
+                devices = sorted(d.device_id for d in await self.sessions.store.devices(name))
             if pending is not None:
                 await self.sessions.store.clear_resync(name, pending)
         return f"{done}; devices {' '.join(devices) or 'none'}"
