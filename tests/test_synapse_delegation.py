@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+import urllib.request
 from typing import Any
 
 from tests.delegation_stack import SERVER_NAME, DelegationStack, password_of
@@ -46,6 +47,11 @@ def test_the_routes_of_the_nginx_file(synapse_stack: DelegationStack) -> None:
                  "/.well-known/openid-configuration", "/_synapse/admin/v1/server_version"):
         status, body = stack.call(path)
         assert status == 404 and body == {"errcode": "M_UNRECOGNIZED", "error": "Unrecognized request"}, (path, body)
+    # The account page (Synapse's account_management_uri) is ours, HTML for people.
+    with urllib.request.urlopen(stack.url + "/account/", timeout=10) as resp:
+        page = resp.read().decode()
+        assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/html"), resp.headers
+        assert "<form" in page and 'name="password"' in page, page[:500]
     # A wrong password is refused here (Synapse has no login at all under delegation: 404).
     status, meta = stack.call("/_matrix/client/v3/login", {"type": "m.login.password", "user": "nobody",
                                                            "password": "x"})
