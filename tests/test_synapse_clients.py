@@ -5,6 +5,7 @@ two matrix-js-sdk clients with their Rust crypto talk end-to-end encrypted."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import re
@@ -51,8 +52,13 @@ def js_chat() -> tuple[str, str]:
             if ci():
                 pytest.fail(f"npm install matrix-js-sdk failed: {result.stderr}")
             pytest.skip(f"npm install matrix-js-sdk failed: {result.stderr[-300:]}")
-    script = os.path.join(cache, "chat.mjs")  # beside node_modules, so "matrix-js-sdk" resolves
-    shutil.copyfile(os.path.join(ROOT, "tests", "js", "chat.mjs"), script)
+    with open(os.path.join(ROOT, "tests", "js", "chat.mjs"), "rb") as fh:
+        source = fh.read()
+    # Beside node_modules, so that "matrix-js-sdk" resolves; named by its content, as other
+    # checkouts share this cache.
+    script = os.path.join(cache, f"chat-{hashlib.sha256(source).hexdigest()[:12]}.mjs")
+    with open(script, "wb") as fh:
+        fh.write(source)
     return node, script
 
 
