@@ -9,7 +9,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 install_synapse() {
-    python3 tests/synapse.py install
+    # Into the cache of the user who runs the tests (the one who called sudo, if any).
+    if [ "$(id -u)" -eq 0 ] && [ -n "${SUDO_USER:-}" ] && [ "$SUDO_USER" != root ]; then
+        sudo -u "$SUDO_USER" -H python3 tests/synapse.py install
+    else
+        python3 tests/synapse.py install
+    fi
 }
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
