@@ -182,10 +182,10 @@ def bench_delegation(args: argparse.Namespace, procs: Processes, tmp: Path, user
 
         logins = measure_logins(args, procs, tmp, users, hashed, base, hs.pid, synapse_pids["delegated"], runs,
                                 phase_logins)
-        status, devices = http(f"{delegated.url}/_synapse/mas/query_user?localpart={BENCH_USER}", None,
+        status, answer = http(f"{delegated.url}/_synapse/mas/query_user?localpart={BENCH_USER}", None,
                                {"Authorization": f"Bearer {SECRET}"})
         if status != 200:
-            raise RuntimeError(f"the bench user is not at Synapse after the logins: {status} {devices[:200]!r}")
+            raise RuntimeError(f"the bench user is not at Synapse after the logins: {status} {answer[:200]!r}")
     except SynapseUnavailable as exc:
         print(f"delegation: Synapse cannot be had ({exc}); skipping the delegation phase", flush=True)
         return []

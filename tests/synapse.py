@@ -175,6 +175,7 @@ class Synapse:
             "media_store_path": str(folder / "media_store"),
             "signing_key_path": str(folder / "signing.key"),
             "report_stats": False,
+            "serve_server_wellknown": True,
             "enable_registration": False,
             "registration_shared_secret": self.registration_secret,
             "macaroon_secret_key": secrets.token_urlsafe(32),

@@ -39,6 +39,13 @@ def test_the_routes_of_the_nginx_file(synapse_stack: DelegationStack) -> None:
     status, well_known = stack.call("/.well-known/matrix/client")
     assert status == 200 and well_known["m.homeserver"] == {"base_url": stack.url}, well_known
     assert "org.matrix.msc2965.authentication" not in well_known
+    status, support = stack.call("/.well-known/matrix/support")
+    assert status == 200 and support["support_page"] == stack.url + "/support.html", support
+    with urllib.request.urlopen(stack.url + "/support.html", timeout=10) as resp:
+        assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/html")
+    # Federation's discovery is Synapse's.
+    status, server = stack.call("/.well-known/matrix/server")
+    assert status == 200 and "m.server" in server, server
     # Everything else is Synapse's: its /versions lists far more than ours.
     status, versions = stack.call("/_matrix/client/versions")
     assert status == 200 and "v1.1" in versions["versions"] and "unstable_features" in versions, versions
