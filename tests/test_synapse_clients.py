@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from nio import (
     AsyncClient,
+    DeleteDevicesAuthResponse,
+    DeleteDevicesResponse,
     DevicesResponse,
     JoinResponse,
     LoginResponse,
@@ -88,7 +90,7 @@ async def next_message(client: AsyncClient, room_id: str, body: str) -> RoomMess
 async def test_matrix_nio_chats_through_the_proxy(synapse_stack: DelegationStack) -> None:
     url = synapse_stack.url
     olivia, peggy = AsyncClient(url, "@olivia:localhost"), AsyncClient(url, "@peggy:localhost")
-    second = AsyncClient(url, "@olivia:localhost")
+    second, peggy_again = AsyncClient(url, "@olivia:localhost"), AsyncClient(url, "@peggy:localhost")
     try:
         for client, name in ((olivia, "olivia"), (peggy, "peggy")):
             login = await client.login(password_of(name), device_name=f"nio {name}")
@@ -117,15 +119,27 @@ async def test_matrix_nio_chats_through_the_proxy(synapse_stack: DelegationStack
             olivia.device_id: "nio olivia", second.device_id: "nio second"}
         # It sees the room and the talk so far.
         assert (await next_message(second, room_id, "hello back")).sender == "@peggy:localhost"
-        # Logging it out (routed to this server) kills its token at Synapse; the first goes on.
-        token = second.access_token
-        assert isinstance(await second.logout(), LogoutResponse)
-        second.access_token = token
+        # Signed out from the first device with nio's delete_devices and its password step
+        # (POST /delete_devices, routed to this server): its token is dead at Synapse.
+        challenge = await olivia.delete_devices([second.device_id])
+        assert isinstance(challenge, DeleteDevicesAuthResponse), challenge
+        auth = {"type": "m.login.password", "identifier": {"type": "m.id.user", "user": "olivia"},
+                "password": password_of("olivia"), "session": challenge.session}
+        assert isinstance(await olivia.delete_devices([second.device_id], auth), DeleteDevicesResponse)
         gone = await second.whoami()
         assert isinstance(gone, WhoamiError) and gone.status_code == "M_UNKNOWN_TOKEN", gone
+        # Logging out (routed to this server) kills the token at Synapse too.
+        third = await peggy_again.login(password_of("peggy"))
+        assert isinstance(third, LoginResponse) and third.device_id != peggy.device_id, third
+        token = peggy_again.access_token
+        assert isinstance(await peggy_again.logout(), LogoutResponse)
+        peggy_again.access_token = token
+        gone = await peggy_again.whoami()
+        assert isinstance(gone, WhoamiError) and gone.status_code == "M_UNKNOWN_TOKEN", gone
         assert (await olivia.whoami()).device_id == olivia.device_id
+        assert (await peggy.whoami()).device_id == peggy.device_id
     finally:
-        for client in (olivia, peggy, second):
+        for client in (olivia, peggy, second, peggy_again):
             await client.close()
 
 
