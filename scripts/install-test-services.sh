@@ -3,13 +3,18 @@
 # Redis and LDAP tests start privately (redis-server; slapd and ldap-utils; openssl for test
 # certificates), the browser the account page tests drive (chromium, chromium-driver),
 # Node.js with npm (the matrix-js-sdk client test installs its package from the npm
-# registry), curl (the README's curl sessions are run) and nginx (the reverse proxy in front
-# of Synapse in the delegation tests). Needs root (or sudo). Then matrix-synapse from PyPI into
-# its cached virtualenv outside the repository (tests/synapse.py), as the user running the tests.
+# registry), curl (the README's curl sessions are run), and nginx (the reverse proxy in front of
+# Synapse in the delegation tests). Needs root (or sudo). Then matrix-synapse from PyPI into its
+# cached virtualenv outside the repository (tests/synapse.py), as the user running the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 install_synapse() {
-    python3 tests/synapse.py install
+    # Into the cache of the user who runs the tests (the one who called sudo, if any).
+    if [ "$(id -u)" -eq 0 ] && [ -n "${SUDO_USER:-}" ] && [ "$SUDO_USER" != root ]; then
+        sudo -u "$SUDO_USER" -H python3 tests/synapse.py install
+    else
+        python3 tests/synapse.py install
+    fi
 }
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
@@ -18,10 +23,11 @@ command -v ldapwhoami >/dev/null 2>&1 || need+=(ldap-utils)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
-command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
+python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 if [ ${#need[@]} -eq 0 ]; then
     install_synapse
     exit 0

@@ -28,16 +28,19 @@ WHOAMI = "/_matrix/client/v3/account/whoami"
 ADMIN = "admin"
 # Users for the real-parts tests, one set per test so that device lists stay their own.
 EXTRA_USERS = ["carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy", "mallory", "niaj", "olivia",
-               "peggy", "rupert", "sybil", "trent", "victor", "walter", ADMIN]
+               "peggy", "rupert", "sybil", "trent", "victor", "walter", "xavier", "yolanda", ADMIN]
+# Taken out of the users file by a test (the removed-user sweep).
+REMOVABLE = "zoe"
 
 
 def password_of(name: str) -> str:
     return {"alice": "wonderland", "bob": "builder"}.get(name, f"{name}-password")
 
 
-def user_records() -> list[dict[str, Any]]:
-    extra = [record(name, password_of(name), f" [{name}]", display_name=name.title()) for name in EXTRA_USERS]
-    return [dict(r) for r in DEFAULT_USERS] + extra
+def user_records(without: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    names = [*EXTRA_USERS, REMOVABLE]
+    extra = [record(name, password_of(name), f" [{name}]", display_name=name.title()) for name in names]
+    return [r for r in [dict(r) for r in DEFAULT_USERS] + extra if r["name"] not in without]
 
 
 class HomeserverProcess:
@@ -61,6 +64,9 @@ jwt_secret = "{JWT_SECRET}"
 bcrypt_rounds = 4
 [backend.file]
 path = "users.json"
+reload_interval = 0.2
+[sessions]
+sweep_interval = 0.5
 [rate_limit]
 enabled = false
 [delegation]
@@ -105,6 +111,11 @@ retry_interval = 0.5
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:]
 
+    def remove_users(self, *names: str) -> None:
+        """Take users out of the users file (the server reloads it by itself)."""
+        path = self.folder / "users.json"
+        path.write_text(json.dumps({"users": user_records(without=names)}))
+
     def run_py(self, *args: str) -> subprocess.CompletedProcess[str]:
         """A `run.py` command on this server's config (its store, its users)."""
         return subprocess.run(
@@ -144,6 +155,11 @@ class DelegationStack:
 
     def call(self, path: str, body: Any = None, token: str | None = None, method: str | None = None) -> tuple[int, Any]:
         return http(self.url + path, body, token, method)
+
+    def homeserver_call(self, path: str, body: Any = None, token: str | None = None,
+                        method: str | None = None) -> tuple[int, Any]:
+        """A call to this server directly, not through the proxy (what only it knows)."""
+        return http(self.homeserver.url + path, body, token, method)
 
     def login(self, user: str, **extra: Any) -> dict[str, Any]:
         body = {"type": "m.login.password", "identifier": {"type": "m.id.user", "user": user},

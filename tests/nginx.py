@@ -79,7 +79,8 @@ class Nginx:
             "}\n"
         )
         binary = nginx_binary()
-        command = [binary, "-p", str(self.folder), "-c", str(self.config)]
+        # -e: the log before the config is read (not /var/log/nginx, which a user cannot write).
+        command = [binary, "-p", str(self.folder), "-c", str(self.config), "-e", str(self.folder / "logs" / "error.log")]
         check = subprocess.run([*command, "-t"], capture_output=True, text=True)
         if check.returncode != 0:
             raise AssertionError(f"nginx -t refused the config:\n{check.stderr}")

@@ -138,6 +138,7 @@ class Synapse:
         public_baseurl: str | None = None,
         mas_endpoint: str | None = None,
         mas_secret: str | None = None,
+        log_level: str | None = None,
     ) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -147,6 +148,7 @@ class Synapse:
         self.public_baseurl = public_baseurl or self.url + "/"
         self.mas_endpoint = mas_endpoint
         self.mas_secret = mas_secret
+        self.log_level = log_level  # None: Synapse's default (INFO, every request logged)
         self.registration_secret = secrets.token_urlsafe(32)
         self.config_path = self.folder / "homeserver.yaml"
         self.log_path = self.folder / "synapse.log"
@@ -173,6 +175,7 @@ class Synapse:
             "media_store_path": str(folder / "media_store"),
             "signing_key_path": str(folder / "signing.key"),
             "report_stats": False,
+            "serve_server_wellknown": True,
             "enable_registration": False,
             "registration_shared_secret": self.registration_secret,
             "macaroon_secret_key": secrets.token_urlsafe(32),
@@ -184,6 +187,8 @@ class Synapse:
             "presence": {"enabled": False},
             **RATE_LIMITS,
         }
+        if self.log_level:
+            config["log_config"] = str(folder / "log.yaml")
         if self.mas_endpoint:
             config["matrix_authentication_service"] = {
                 "enabled": True,
@@ -199,6 +204,15 @@ class Synapse:
             seed = base64.b64encode(secrets.token_bytes(32)).decode().rstrip("=")
             key.write_text(f"ed25519 a_test {seed}\n")
         self.config_path.write_text(json.dumps(self.config(), indent=1) + "\n")
+        if self.log_level:
+            logging = {
+                "version": 1,
+                "disable_existing_loggers": False,
+                "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+                "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+                "root": {"level": self.log_level, "handlers": ["console"]},
+            }
+            (self.folder / "log.yaml").write_text(json.dumps(logging) + "\n")
 
     def start(self, timeout: float = 240) -> None:
         """Start Synapse and wait until its client API answers."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+import urllib.request
 from typing import Any
 
 from tests.delegation_stack import SERVER_NAME, DelegationStack, password_of
@@ -38,6 +39,13 @@ def test_the_routes_of_the_nginx_file(synapse_stack: DelegationStack) -> None:
     status, well_known = stack.call("/.well-known/matrix/client")
     assert status == 200 and well_known["m.homeserver"] == {"base_url": stack.url}, well_known
     assert "org.matrix.msc2965.authentication" not in well_known
+    status, support = stack.call("/.well-known/matrix/support")
+    assert status == 200 and support["support_page"] == stack.url + "/support.html", support
+    with urllib.request.urlopen(stack.url + "/support.html", timeout=10) as resp:
+        assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/html")
+    # Federation's discovery is Synapse's.
+    status, server = stack.call("/.well-known/matrix/server")
+    assert status == 200 and "m.server" in server, server
     # Everything else is Synapse's: its /versions lists far more than ours.
     status, versions = stack.call("/_matrix/client/versions")
     assert status == 200 and "v1.1" in versions["versions"] and "unstable_features" in versions, versions
@@ -46,6 +54,11 @@ def test_the_routes_of_the_nginx_file(synapse_stack: DelegationStack) -> None:
                  "/.well-known/openid-configuration", "/_synapse/admin/v1/server_version"):
         status, body = stack.call(path)
         assert status == 404 and body == {"errcode": "M_UNRECOGNIZED", "error": "Unrecognized request"}, (path, body)
+    # The account page (Synapse's account_management_uri) is ours, HTML for people.
+    with urllib.request.urlopen(stack.url + "/account/", timeout=10) as resp:
+        page = resp.read().decode()
+        assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/html"), resp.headers
+        assert "<form" in page and 'name="password"' in page, page[:500]
     # A wrong password is refused here (Synapse has no login at all under delegation: 404).
     status, meta = stack.call("/_matrix/client/v3/login", {"type": "m.login.password", "user": "nobody",
                                                            "password": "x"})
@@ -128,6 +141,48 @@ def test_device_deletion_through_the_proxy_is_refused_at_synapse(synapse_stack: 
     status, devices = stack.call("/_matrix/client/v3/devices", token=token)
     assert status == 200 and [(d["device_id"], d["display_name"]) for d in devices["devices"]] == [
         (keep["device_id"], "Desk")], devices
+
+
+def keys_of(stack: DelegationStack, token: str, user: str) -> dict[str, Any]:
+    status, answer = stack.call("/_matrix/client/v3/keys/query", {"device_keys": {f"@{user}:localhost": []}}, token)
+    assert status == 200, answer
+    return dict(answer["device_keys"].get(f"@{user}:localhost", {}))
+
+
+def test_a_login_naming_its_device_keeps_the_device_and_its_keys(synapse_stack: DelegationStack) -> None:
+    """MAS's rule: a login naming a device that has a session replaces that session; the
+    device, with its encryption keys, stays at Synapse (a client logging in again)."""
+    stack = synapse_stack
+    first = stack.login("xavier", device_id="XAVIERPHONE")
+    device_keys = {
+        "user_id": "@xavier:localhost", "device_id": "XAVIERPHONE",
+        "algorithms": ["m.olm.v1.curve25519-aes-sha2", "m.megolm.v1.aes-sha2"],
+        "keys": {"curve25519:XAVIERPHONE": "c" * 43, "ed25519:XAVIERPHONE": "e" * 43},
+        "signatures": {"@xavier:localhost": {"ed25519:XAVIERPHONE": "s" * 86}},
+    }
+    status, body = stack.call("/_matrix/client/v3/keys/upload", {"device_keys": device_keys}, first["access_token"])
+    assert status == 200, body
+    again = stack.login("xavier", device_id="XAVIERPHONE")
+    assert again["device_id"] == "XAVIERPHONE"
+    assert stack.our_devices("xavier") == ["XAVIERPHONE"] == stack.synapse_devices("xavier")
+    assert keys_of(stack, again["access_token"], "xavier")["XAVIERPHONE"]["keys"] == device_keys["keys"]
+    # The earlier session is over here at once (Synapse may answer from its cache for up to
+    # two minutes, as docs/delegation.md says, since the device stays).
+    status, body = stack.homeserver_call("/_matrix/client/v3/account/whoami", token=first["access_token"])
+    assert (status, body["errcode"]) == (401, "M_UNKNOWN_TOKEN"), body
+
+
+def test_a_user_removed_from_the_user_store_is_signed_out_at_synapse(synapse_stack: DelegationStack) -> None:
+    stack = synapse_stack
+    leaving, watcher = stack.login("zoe"), stack.login("yolanda")
+    assert stack.whoami(leaving["access_token"])[0] == 200  # cached at Synapse now
+    stack.homeserver.remove_users("zoe")
+    # The sweep (every 0.5 s here; the second that misses the user ends the sessions)
+    # deletes the device at Synapse, so the cached answer no longer counts.
+    wait_for(lambda: stack.synapse_devices("zoe") == [], what="zoe's device deleted at Synapse")
+    assert_unknown_token(stack, leaving["access_token"])
+    assert stack.our_devices("zoe") == []
+    assert stack.whoami(watcher["access_token"])[0] == 200
 
 
 def test_cli_revoke_is_refused_at_synapse_on_the_next_request(synapse_stack: DelegationStack) -> None:
