@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from homeserver.config import Config, load_config
 from homeserver.context import create_backend, create_session_store
 from homeserver.devices import Devices
+from homeserver.logs import setup_logging
 from homeserver.names import local_name, user_id
 from homeserver.sessions import Sessions
 from homeserver.users import Users
@@ -60,6 +61,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_revoke(args: argparse.Namespace) -> int:
     config = load_config(args.config)
+    # The revocation's audit line goes where the server's log goes (standard error).
+    setup_logging(config.get("logging", "level"), config.get("logging", "format"))
     name = local_name(args.name, config.get("server", "server_name"))
     who = user_id(name, config.get("server", "server_name"))
 

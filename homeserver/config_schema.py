@@ -164,6 +164,12 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "active_directory": Field("bool", False),
         # Hand out lower-cased user IDs (so Alice and alice are one Matrix user).
         "lowercase_user_ids": Field("bool", False),
+        # Entries matching this filter are locked (M_USER_LOCKED; their sessions stay). Empty:
+        # the default for the directory (see README "Account state"); "(!(objectClass=*))"
+        # turns locking off.
+        "locked_filter": Field("str", ""),
+        # With active_directory: also lock accounts locked out by failed logons (lockoutTime).
+        "locked_out_is_locked": Field("bool", False),
     },
     "backend.ldap.attributes": {
         "name": Field("str_or_list", "uid"),
@@ -179,6 +185,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "touch_interval": Field("float", 60.0, _range(0)),
         # Seconds between sweeps that end the sessions of users gone from the user store.
         "sweep_interval": Field("float", 3600.0, _positive),
+        # A changed password ends the sessions opened with the old one (a replaced account
+        # always does); false keeps them across password rotations.
+        "end_on_password_change": Field("bool", True),
     },
     "sessions.sqlite": {
         "path": Field("str", "sessions.db", _non_empty),

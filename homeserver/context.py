@@ -11,6 +11,7 @@ from backends.base import UserBackend
 from backends.sessions.base import SessionStore
 from homeserver.auth import Auth
 from homeserver.config import Config
+from homeserver.credentials import Credentials
 from homeserver.devices import Devices
 from homeserver.documents import Documents
 from homeserver.drain import InFlight
@@ -44,6 +45,8 @@ class HomeServer:
     inflight: InFlight = field(default_factory=InFlight)
     # Resolves a request's client address (X-Forwarded-For only from trusted proxies).
     client_address: ClientAddress = field(default_factory=ClientAddress)
+    # Fingerprints of the credential each session was opened with (homeserver.credentials).
+    credentials: Credentials | None = None
     users: Users = field(init=False)
     auth: Auth = field(init=False)
     uia: UserInteractiveAuth = field(init=False)
@@ -52,8 +55,15 @@ class HomeServer:
 
     def __post_init__(self) -> None:
         self.users = Users(self.backend, self.metrics)
-        self.auth = Auth(self.tokens, self.sessions, self.users, self.server_name)
+        if self.credentials is None:
+            self.credentials = Credentials(
+                self.tokens.secret,
+                self.tokens.keys[1:],
+                end_on_password_change=self.config.get("sessions", "end_on_password_change"),
+            )
         self.uia = UserInteractiveAuth(self.tokens.secret, self.users, self.checker, self.limits, self.server_name)
+        self.devices = Devices(self.sessions, self.uia, self.credentials)
+        self.auth = Auth(self.tokens, self.sessions, self.users, self.server_name, self.credentials, self.devices)
         self.login = LoginService(
             users=self.users,
             tokens=self.tokens,
@@ -62,8 +72,8 @@ class HomeServer:
             server_name=self.server_name,
             limits=self.limits,
             metrics=self.metrics,
+            credentials=self.credentials,
         )
-        self.devices = Devices(self.sessions, self.uia)
 
     @property
     def server_name(self) -> str:

@@ -12,11 +12,14 @@ import logging
 import random
 from typing import TYPE_CHECKING, Any
 
-from backends.base import StoreUnavailable
+from backends.base import StoreUnavailable, User
 from backends.sessions.base import Device, Session
+from homeserver import audit
+from homeserver.credentials import Credentials
 from homeserver.errors import M_NOT_FOUND, MatrixError, invalid_param, missing_param
 from homeserver.login_request import MAX_DISPLAY_NAME
 from homeserver.sessions import (
+    CREDENTIAL_CHANGED,
     DEVICE_DELETED,
     LOGOUT,
     LOGOUT_ALL,
@@ -75,9 +78,13 @@ def display_name_of(body: dict[str, Any]) -> str | None:
 class Devices:
     """A user's devices, and every way their sessions end."""
 
-    def __init__(self, sessions: Sessions, uia: UserInteractiveAuth | None = None) -> None:
+    def __init__(
+        self, sessions: Sessions, uia: UserInteractiveAuth | None = None, credentials: Credentials | None = None
+    ) -> None:
         self.sessions = sessions
         self.uia = uia
+        # Without it (the CLI), no session is ever found stale.
+        self.credentials = credentials
         self._missing: set[str] = set()  # users found missing by the last sweep
 
     # -- reading and renaming -----------------------------------------------------
@@ -105,10 +112,13 @@ class Devices:
     async def logout(self, session: Session) -> None:
         """POST /logout: end the session of the token used (other sessions of its device stay)."""
         await self.sessions.end(session, LOGOUT)
+        audit.audit(audit.LOGOUT, user=session.user, device=session.device_id, reason=LOGOUT)
 
     async def logout_all(self, user: str) -> int:
         """POST /logout/all: end every session of the user."""
-        return await self.end(user, None, LOGOUT_ALL)
+        count = await self.end(user, None, LOGOUT_ALL)
+        audit.audit(audit.LOGOUT, user=user, reason=LOGOUT_ALL, count=count)
+        return count
 
     async def delete(self, requester: Requester, body: dict[str, Any], device_ids: list[str]) -> None:
         """DELETE /devices/{id}, POST /delete_devices: UIA first, then every session of those devices ends.
@@ -124,7 +134,26 @@ class Devices:
 
     async def revoke(self, user: str, device_ids: list[str] | None) -> int:
         """`run.py sessions revoke`: end one device's sessions, or all of the user's."""
-        return await self.end(user, device_ids, REVOKED)
+        count = await self.end(user, device_ids, REVOKED)
+        devices = None if device_ids is None else ",".join(device_ids)
+        audit.audit(audit.REVOKE, user=user, device=devices, client="cli", reason=REVOKED, count=count)
+        return count
+
+    async def end_stale(self, user: User, reason: str = CREDENTIAL_CHANGED, device: str | None = None) -> int:
+        """End every session of `user` opened with another credential: the account was replaced
+        (a new account under the name) or its password changed. Sessions opened with the
+        current credential stay. `device`: the device whose request found it (for the audit)."""
+        if self.credentials is None:
+            return 0
+        identities, passwords = self.credentials.accepted(user)
+        ended = await self.sessions.end_stale(user.name, identities, passwords, reason)
+        if ended:
+            # With delegation, Synapse is told of the devices in `ended` here (their sessions ended).
+            audit.audit(
+                audit.SESSIONS_ENDED, user=user.name, device=device or ",".join(dict.fromkeys(ended)),
+                reason=reason, count=len(ended),
+            )
+        return len(ended)
 
     async def end(self, user: str, device_ids: list[str] | None, reason: str) -> int:
         """End every session of these devices (None: all the user's); the count ended."""
@@ -133,23 +162,34 @@ class Devices:
     # -- upkeep -------------------------------------------------------------------
 
     async def sweep_removed_users(self, users: Users) -> int:
-        """End the sessions of users gone from the user store in two sweeps running; the count ended.
+        """End the sessions of users gone from the user store in two sweeps running, and those
+        opened with a credential since changed; the count ended.
 
         Their tokens are refused at once anyway (the auth step looks the user up); waiting
         for a second sweep only keeps a passing glitch of the store (a directory answering
         "no such entry" for a minute) from ending everybody's sessions.
         """
-        ended = 0
+        ended = stale = 0
         missing = set()
         for name in await self.sessions.store.users():
-            if await users.get(name) is None:
+            user = await users.get(name)
+            if user is None:
                 missing.add(name)
                 if name in self._missing:
-                    ended += await self.end(name, None, USER_REMOVED)
+                    count = await self.end(name, None, USER_REMOVED)
+                    if count:
+                        audit.audit(audit.SESSIONS_ENDED, user=name, client="sweep", reason=USER_REMOVED, count=count)
+                    ended += count
+            else:
+                # Sessions of a replaced account or a changed password end at their next
+                # request anyway; the sweep ends (and with delegation deletes) unused ones too.
+                stale += await self.end_stale(user)
         self._missing = missing
         if ended:
             logger.info("ended %d sessions of users removed from the user store", ended)
-        return ended
+        if stale:
+            logger.info("ended %d sessions opened with credentials changed since", stale)
+        return ended + stale
 
     async def sweep_forever(self, users: Users, interval: float) -> None:
         """Sweep every `interval` seconds (jittered, so workers spread out) until cancelled."""

@@ -83,6 +83,9 @@ class JsonFormatter(logging.Formatter):
         rid = getattr(record, "request_id", "-")
         if rid != "-":
             entry["request_id"] = rid
+        fields = getattr(record, "audit", None)
+        if isinstance(fields, dict):  # homeserver.audit: the event's fields, each its own key
+            entry.update(fields)
         if record.name == access_log.name and isinstance(record.args, tuple) and len(record.args) == len(ACCESS_FIELDS):
             entry.update(zip(ACCESS_FIELDS, record.args, strict=True))
             entry["duration_ms"] = round(entry["duration_ms"], 2)

@@ -22,7 +22,10 @@ T = TypeVar("T")
 STORE = "session store"
 # Tombstones and expired sessions are purged at most this often (seconds), by the writer.
 PURGE_EVERY = 600.0
-_SESSION_COLUMNS = "token_hash, user, device_id, created_ts, last_seen_ip, last_seen_ts, expires_ts, ended_ts"
+_SESSION_COLUMNS = (
+    "token_hash, user, device_id, created_ts, last_seen_ip, last_seen_ts, expires_ts, ended_ts, "
+    "identity_fp, password_fp"
+)
 
 
 def _connect(path: str, timeout: float) -> sqlite3.Connection:
@@ -143,9 +146,10 @@ class SqliteSessionStore(SessionStore):
     async def open(self, session: Session, display_name: str | None) -> None:
         def work(conn: sqlite3.Connection) -> None:
             conn.execute(
-                f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL)",
+                f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
                 (session.token_hash, session.user, session.device_id, session.created_ts,
-                 session.last_seen_ip, session.last_seen_ts, session.expires_ts),
+                 session.last_seen_ip, session.last_seen_ts, session.expires_ts,
+                 session.identity_fp, session.password_fp),
             )
             conn.execute(
                 "INSERT OR IGNORE INTO devices (user, device_id, display_name) VALUES (?, ?, ?)",
@@ -212,6 +216,24 @@ class SqliteSessionStore(SessionStore):
                 ).rowcount
             self._drop_unused_devices(conn, user, device_ids)
             return count
+
+        return await self._write(self._transaction(work))
+
+    async def end_stale(self, user: str, identity_fps: list[str], password_fps: list[str] | None) -> list[str]:
+        def work(conn: sqlite3.Connection) -> list[str]:
+            args: list[Any] = [_now_ms(), user, *identity_fps]
+            stale = f"identity_fp NOT IN ({', '.join('?' * len(identity_fps))})"
+            if password_fps is not None:
+                stale += f" OR (password_fp IS NOT NULL AND password_fp NOT IN ({', '.join('?' * len(password_fps))}))"
+                args += password_fps
+            rows = conn.execute(
+                "UPDATE sessions SET ended_ts = ? WHERE user = ? AND ended_ts IS NULL AND identity_fp IS NOT NULL "
+                f"AND ({stale}) RETURNING device_id",
+                args,
+            ).fetchall()
+            devices = [row[0] for row in rows]
+            self._drop_unused_devices(conn, user, devices)
+            return devices
 
         return await self._write(self._transaction(work))
 
