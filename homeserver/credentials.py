@@ -102,12 +102,22 @@ class Credentials:
         if session.identity_fp != current.identity and not self._older_key_matches(
             session.identity_fp, identity_material(user)
         ):
+            # A record without an identity of its own (users file, Redis) changes identity
+            # with its hash: name it after the password when that is what changed (a reset,
+            # or a new account under the name with a new password: the two look alike).
+            if user.uid is None and session.password_fp is not None and self._password_differs(session, user):
+                return "password_changed"
             return "account_replaced"
         if (
             self.end_on_password_change
             and session.password_fp is not None
-            and session.password_fp != current.password
-            and not self._older_key_matches(session.password_fp, password_material(user))
+            and self._password_differs(session, user)
         ):
             return "password_changed"
         return None
+
+    def _password_differs(self, session: Session, user: User) -> bool:
+        assert session.password_fp is not None
+        return session.password_fp != self.of(user).password and not self._older_key_matches(
+            session.password_fp, password_material(user)
+        )
