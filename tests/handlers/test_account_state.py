@@ -153,9 +153,10 @@ async def test_the_sweep_ends_stale_sessions_nobody_uses(login, hs, backend, use
 
 @pytest.mark.parametrize("config_overrides", [{"sessions": {"end_on_password_change": False}}])
 async def test_without_end_on_password_change_a_file_reset_still_ends_sessions(fetch, login, backend,
-                                                                               users_path):
+                                                                               users_path, hs):
     """A users-file record has no identity of its own: a new hash may be a new account under
     the old name, so it ends the sessions even with the option off (README)."""
+    assert hs.credentials.end_on_password_change is False
     token = (await login())["access_token"]
     await edit_users(backend, users_path, with_alice(password=hex_hash("new-password")))
     await assert_ended(fetch, token)
