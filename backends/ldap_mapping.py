@@ -11,7 +11,7 @@ from typing import Any
 from ldap3.utils.conv import escape_filter_chars
 
 from backends.base import StoreDataError, User
-from backends.ldap_settings import IDENTITY_ATTRIBUTES, PASSWORD_STAMP_ATTRIBUTES, LdapSettings
+from backends.ldap_settings import IDENTITY_ATTRIBUTES, PASSWORD_STAMP_ATTRIBUTES, LdapSettings, ident_text
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +131,7 @@ def entry_user(
     ident = first_text(attrs, roles["ident"], dn)
     if ident is None:
         raise StoreDataError(f"LDAP entry {dn}: no value for ident ({', '.join(roles['ident'])})")
+    ident = ident_text(settings.ident_template, ident)
     avatar = first_text(attrs, roles["avatar_url"], dn)
     if avatar is not None:
         avatar = avatar.strip().split(" ", 1)[0]  # labeledURI is "URI [label]"

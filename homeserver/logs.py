@@ -35,12 +35,10 @@ def log_request(handler: Any) -> None:
     neither are tokens nor passwords.
     """
     status = handler.get_status()
-    if status < 400:
-        level = logging.INFO
-    elif status < 500:
-        level = logging.WARNING
-    else:
-        level = logging.ERROR
+    # A handler may say its answer is expected (readiness 503 during a drain).
+    level = getattr(handler, "access_log_level", None)
+    if level is None:
+        level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
     if not access_log.isEnabledFor(level):
         return
     request = handler.request

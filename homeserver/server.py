@@ -54,6 +54,9 @@ def run(config: Config) -> int:
     processes = server_cfg["processes"]
     # Bind first: a taken port or a bad host stops start-up with one line.
     listeners = bind_listeners(config)
+    # With no base_url configured, the well-known and the support page name the port
+    # actually listened on (--port, or port 0's pick), before any fork.
+    config.follow_listener(listeners.main[0].getsockname()[1])
     if processes == 1:
         run_event_loop(serve(config, listeners), server_cfg["event_loop"])
         return 0

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Install, from Debian's packages, the servers the Redis and LDAP tests start privately
-# (redis-server; slapd and ldap-utils; openssl for test certificates), and the browser the account
-# page tests drive (chromium, chromium-driver), when missing. Needs root (or sudo).
+# Install, from Debian's packages, what the tests need when it is missing: the servers the
+# Redis and LDAP tests start privately (redis-server; slapd and ldap-utils; openssl for test
+# certificates), the browser the account page tests drive (chromium, chromium-driver),
+# Node.js with npm (the matrix-js-sdk client test installs its package from the npm
+# registry), and curl (the README's curl sessions are run). Needs root (or sudo).
 set -euo pipefail
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
@@ -10,6 +12,9 @@ command -v ldapwhoami >/dev/null 2>&1 || need+=(ldap-utils)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
+command -v curl >/dev/null 2>&1 || need+=(curl)
 if [ ${#need[@]} -eq 0 ]; then
     exit 0
 fi

@@ -79,11 +79,22 @@ class SqliteSessionStore(SessionStore):
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sessions-sqlite")
         try:
             await self._write(self._open_writer)
-        except sqlite3.Error as exc:
-            raise ConfigError(f"sessions.sqlite.path: {self.path}: {exc}") from None
+        except (sqlite3.Error, OSError) as exc:
+            await self.close()
+            raise ConfigError(f"sessions.sqlite.path: {self.path}: {self._open_problem(exc)}") from None
         # The read connection is opened here, on the loop's thread, and used only there.
         self._read_conn = _connect(self.path, 0.2)
         self._read_conn.execute("PRAGMA query_only=1")
+
+    def _open_problem(self, exc: Exception) -> str:
+        """Why the file cannot be opened, in an operator's words."""
+        folder = os.path.dirname(self.path) or "."
+        if not os.path.isdir(folder):
+            return f"the folder {folder} does not exist"
+        if not os.access(folder, os.W_OK | os.X_OK):
+            # SQLite's WAL mode writes files beside the database, so the folder must be writable.
+            return f"the folder {folder} is not writable by this user (the WAL files live beside the file)"
+        return getattr(exc, "strerror", None) or str(exc)
 
     def _open_writer(self) -> None:
         if not os.path.exists(self.path):
