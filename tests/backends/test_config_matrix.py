@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import secrets
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,15 +31,16 @@ FACTORS = {
     "sessions": ("sqlite", "redis"),
     "metrics": (False, True),
     "processes": (1, 2),
+    "end_on_password_change": (True, False),
 }
-# Six rows hold every pair of the four factors' values (the fewest possible: 3 x 2).
+# Six rows hold every pair of the five factors' values (the fewest possible: 3 x 2).
 MATRIX = [
-    ("file", "sqlite", False, 1),
-    ("file", "redis", True, 2),
-    ("redis", "sqlite", True, 2),
-    ("redis", "redis", False, 1),
-    ("ldap", "sqlite", False, 2),
-    ("ldap", "redis", True, 1),
+    ("file", "sqlite", False, 1, True),
+    ("file", "redis", True, 2, False),
+    ("redis", "sqlite", True, 2, True),
+    ("redis", "redis", False, 1, False),
+    ("ldap", "sqlite", False, 2, False),
+    ("ldap", "redis", True, 1, True),
 ]
 
 # The user of the scenario, the same in every user store (the test directory has bob too).
@@ -69,10 +71,13 @@ def users_section(backend: str, redis_url: str, prefix: str, slapd: Slapd | None
     )
 
 
-def sessions_section(store: str, redis_url: str, prefix: str) -> str:
+def sessions_section(store: str, redis_url: str, prefix: str, end_on_password_change: bool) -> str:
+    switch = f"end_on_password_change = {json.dumps(end_on_password_change)}\n"
     if store == "sqlite":
-        return ""  # the default: sessions.db beside the config
-    return f'[sessions]\nstore = "redis"\n[sessions.redis]\nurl = "{redis_url}"\nkey_prefix = "{prefix}session:"\n'
+        return "[sessions]\n" + switch  # the default store: sessions.db beside the config
+    return (
+        f'[sessions]\nstore = "redis"\n{switch}[sessions.redis]\nurl = "{redis_url}"\nkey_prefix = "{prefix}session:"\n'
+    )
 
 
 @pytest.fixture
@@ -99,9 +104,10 @@ def every_worker(server: ServerProcess, processes: int, check: Any) -> None:
         check()
 
 
-@pytest.mark.parametrize(("backend", "sessions", "metrics", "processes"), MATRIX)
+@pytest.mark.parametrize(("backend", "sessions", "metrics", "processes", "end_on_password_change"), MATRIX)
 def test_one_client_scenario_in_every_configuration(
-    tmp_path, request, redis_url, redis_client, backend: str, sessions: str, metrics: bool, processes: int
+    tmp_path, request, redis_url, redis_client, backend: str, sessions: str, metrics: bool, processes: int,
+    end_on_password_change: bool,
 ) -> None:
     prefix = f"matrix-{secrets.token_hex(4)}:"
     slapd = request.getfixturevalue("slapd") if backend == "ldap" else None
@@ -111,18 +117,22 @@ def test_one_client_scenario_in_every_configuration(
                                                           "email": EMAIL})
         redis_client.sadd(f"{prefix}email:{EMAIL}", NAME)
     users = [*DEFAULT_USERS[:1], record(NAME, PASSWORD, "bob-ident", email=EMAIL)]
-    extra = users_section(backend, redis_url, prefix, slapd) + sessions_section(sessions, redis_url, prefix)
+    extra = users_section(backend, redis_url, prefix, slapd)
+    extra += sessions_section(sessions, redis_url, prefix, end_on_password_change)
     extra += f"[metrics]\nenabled = {json.dumps(metrics)}\n"
     server = ServerProcess(tmp_path, processes, extra, users=users)
     try:
-        scenario(server, processes, metrics)
+        tokens = scenario(server, processes, metrics)
+        if backend != "ldap":  # the shared test directory is read-only
+            store = UserStore(backend, server, processes, redis_client, f"{prefix}user:{NAME}")
+            account_state(server, processes, store, tokens)
     finally:
         server.stop()
         for key in redis_client.scan_iter(f"{prefix}*"):
             redis_client.delete(key)
 
 
-def scenario(server: ServerProcess, processes: int, metrics: bool) -> None:
+def scenario(server: ServerProcess, processes: int, metrics: bool) -> list[str]:
     assert_json(server.fetch("/health/ready"))
 
     # Login by name, then by e-mail address (Element's m.id.thirdparty): the same user.
@@ -166,3 +176,57 @@ def scenario(server: ServerProcess, processes: int, metrics: bool) -> None:
         assert exposition.status == 200 and b"homeserver_logins_total" in exposition.body, exposition
     else:
         assert_error(exposition, 404, "M_UNRECOGNIZED")
+    return [second["access_token"], third["access_token"]]
+
+
+class UserStore:
+    """Change bob's record as an operator would: the users file (then SIGHUP), or his Redis hash."""
+
+    def __init__(self, backend: str, server: ServerProcess, processes: int, client: redis.Redis, key: str) -> None:
+        self.backend, self.server, self.processes, self.client, self.key = backend, server, processes, client, key
+        self.reloads = 0
+
+    def change(self, **fields: Any) -> None:
+        if self.backend == "redis":
+            for name, value in fields.items():
+                if value is None:
+                    self.client.hdel(self.key, name)
+                else:
+                    self.client.hset(self.key, name, "true" if value is True else value)
+            return
+        document = json.loads(self.server.users.read_text())
+        for entry in document["users"]:
+            if entry["name"] == NAME:
+                entry.update(fields)
+                for name in [k for k, v in entry.items() if v is None]:
+                    del entry[name]
+        self.server.users.write_text(json.dumps(document))
+        self.server.proc.send_signal(signal.SIGHUP)
+        self.reloads += 1
+        self.server.wait_log_count("reloaded users file", self.reloads * self.processes)
+
+
+def account_state(server: ServerProcess, processes: int, store: UserStore, tokens: list[str]) -> None:
+    """Locked, unlocked, reset: every worker answers from the next request on."""
+
+    def whoami(token: str) -> Any:
+        return server.fetch(f"{API}/account/whoami", token=token)
+
+    store.change(locked=True)
+
+    def locked() -> None:
+        for token in tokens:
+            assert assert_error(whoami(token), 401, "M_USER_LOCKED")["soft_logout"] is True
+
+    every_worker(server, processes, locked)
+    store.change(locked=None)
+    every_worker(server, processes, lambda: [assert_json(whoami(token)) for token in tokens])
+    # A reset ends the sessions opened before it, with end_on_password_change on or off: a
+    # users-file record or Redis hash has no identity but its hash (README "Account state").
+    store.change(password=record(NAME, "a new password")["password"])
+
+    def ended() -> None:
+        for token in tokens:
+            assert assert_error(whoami(token), 401, "M_UNKNOWN_TOKEN")["soft_logout"] is False
+
+    every_worker(server, processes, ended)
