@@ -231,22 +231,29 @@ class SqliteSessionStore(SessionStore):
         return await self._write(self._transaction(work))
 
     async def end_stale(self, user: str, identity_fps: list[str], password_fps: list[str] | None) -> list[str]:
+        stale = f"identity_fp NOT IN ({', '.join('?' * len(identity_fps))})"
+        args: list[Any] = [user, *identity_fps]
+        if password_fps is not None:
+            stale += f" OR (password_fp IS NOT NULL AND password_fp NOT IN ({', '.join('?' * len(password_fps))}))"
+            args += password_fps
+        where = f"user = ? AND ended_ts IS NULL AND identity_fp IS NOT NULL AND ({stale})"
+
         def work(conn: sqlite3.Connection) -> list[str]:
-            args: list[Any] = [_now_ms(), user, *identity_fps]
-            stale = f"identity_fp NOT IN ({', '.join('?' * len(identity_fps))})"
-            if password_fps is not None:
-                stale += f" OR (password_fp IS NOT NULL AND password_fp NOT IN ({', '.join('?' * len(password_fps))}))"
-                args += password_fps
             rows = conn.execute(
-                "UPDATE sessions SET ended_ts = ? WHERE user = ? AND ended_ts IS NULL AND identity_fp IS NOT NULL "
-                f"AND ({stale}) RETURNING device_id",
-                args,
+                f"UPDATE sessions SET ended_ts = ? WHERE {where} RETURNING device_id", [_now_ms(), *args]
             ).fetchall()
             devices = [row[0] for row in rows]
             self._drop_unused_devices(conn, user, devices)
             return devices
 
-        return await self._write(self._transaction(work))
+        def run() -> list[str]:
+            # The sweep asks this of every user each time: a read first, so the usual "none"
+            # takes no write lock from the other processes.
+            if self._conn().execute(f"SELECT 1 FROM sessions WHERE {where} LIMIT 1", args).fetchone() is None:
+                return []
+            return self._transaction(work)()
+
+        return await self._write(run)
 
     @staticmethod
     def _drop_unused_devices(conn: sqlite3.Connection, user: str, device_ids: list[str]) -> None:
