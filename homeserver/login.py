@@ -12,7 +12,7 @@ from homeserver.credentials import Credentials
 from homeserver.errors import M_FORBIDDEN, M_LIMIT_EXCEEDED, M_UNKNOWN, M_USER_LOCKED, MatrixError, user_locked
 from homeserver.jsonio import decode_json_object
 from homeserver.login_request import LoginRequest, parse_login
-from homeserver.names import user_id
+from homeserver.names import possible_name, user_id
 from homeserver.passwords import HashDecodeError, Overloaded, PasswordChecker
 from homeserver.ratelimit import LoginLimits
 from homeserver.sessions import Sessions
@@ -151,7 +151,9 @@ class LoginService:
         await self.limits.check_address(client_ip)
         request = parse_login(decode_json_object(body), self.server_name)
         # An address stays out of the audit line's user (it names the stored user once found).
-        attempt.update(typed=request.user if request.email is None else "", device=request.device_id)
+        # A name no account can have (over 255 bytes, control characters) is left out too.
+        typed = request.user if request.email is None and possible_name(request.user) else ""
+        attempt.update(typed=typed, device=request.device_id)
         attempt["via"] = "password, by e-mail address" if request.email is not None else "password"
         user, token = await self._verify(request, issue=True)
         attempt["user"] = user.name
