@@ -83,7 +83,7 @@ class Auth:
                 # Another account under the name, or a new password: the session is over,
                 # in the store too, so it stays over whatever the user store does next.
                 if self.devices is not None:
-                    await self.devices.end_stale(user, why, session.device_id)
+                    await self.devices.end_stale(user, why)
                 raise unknown_token()
         if user.locked:
             self._saw_lock(user.name, session)

@@ -19,7 +19,7 @@ from homeserver.cli_sessions import add_commands as add_session_commands
 from homeserver.config import Config, load_config
 from homeserver.config_schema import server_name_problem
 from homeserver.errors import ConfigError, StoreDataError, StoreUnavailable
-from homeserver.logs import setup_logging
+from homeserver.logs import setup_cli_logging, setup_logging
 from homeserver.names import MAX_USER_ID_BYTES, user_id
 from homeserver.passwords import hash_password
 
@@ -243,7 +243,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
     if not found:
         raise CommandError(f"unknown user {name!r}")
     # The audit line goes where the server's log goes (standard error, the configured format).
-    setup_logging(config.get("logging", "level"), config.get("logging", "format"))
+    setup_cli_logging(config.get("logging", "level"), config.get("logging", "format"))
     audit.audit(audit.LOCK if locked else audit.UNLOCK, user=name, client="cli", reason="command line")
     print(f"{'locked' if locked else 'unlocked'} {user_id(name, server_name)}")
     return 0

@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# The audit event of each way sessions end (homeserver.audit); the others are "sessions_ended".
+AUDIT_EVENTS = {LOGOUT_ALL: audit.LOGOUT, DEVICE_DELETED: audit.LOGOUT, REVOKED: audit.REVOKE}
+
 # More device IDs than anyone has, in one request, is a mistake or an attack.
 MAX_DEVICES = 1000
 
@@ -116,9 +119,7 @@ class Devices:
 
     async def logout_all(self, user: str) -> int:
         """POST /logout/all: end every session of the user."""
-        count = await self.end(user, None, LOGOUT_ALL)
-        audit.audit(audit.LOGOUT, user=user, reason=LOGOUT_ALL, count=count)
-        return count
+        return await self.end(user, None, LOGOUT_ALL)
 
     async def delete(self, requester: Requester, body: dict[str, Any], device_ids: list[str]) -> None:
         """DELETE /devices/{id}, POST /delete_devices: UIA first, then every session of those devices ends.
@@ -134,30 +135,34 @@ class Devices:
 
     async def revoke(self, user: str, device_ids: list[str] | None) -> int:
         """`run.py sessions revoke`: end one device's sessions, or all of the user's."""
-        count = await self.end(user, device_ids, REVOKED)
-        devices = None if device_ids is None else ",".join(device_ids)
-        audit.audit(audit.REVOKE, user=user, device=devices, client="cli", reason=REVOKED, count=count)
-        return count
+        return await self.end(user, device_ids, REVOKED)
 
-    async def end_stale(self, user: User, reason: str = CREDENTIAL_CHANGED, device: str | None = None) -> int:
+    async def end_stale(self, user: User, reason: str = CREDENTIAL_CHANGED) -> int:
         """End every session of `user` opened with another credential: the account was replaced
-        (a new account under the name) or its password changed. Sessions opened with the
-        current credential stay. `device`: the device whose request found it (for the audit)."""
+        (a new account under the name) or its password changed; the count ended. Sessions
+        opened with the current credential stay."""
         if self.credentials is None:
             return 0
         identities, passwords = self.credentials.accepted(user)
         ended = await self.sessions.end_stale(user.name, identities, passwords, reason)
         if ended:
-            # With delegation, Synapse is told of the devices in `ended` here (their sessions ended).
-            audit.audit(
-                audit.SESSIONS_ENDED, user=user.name, device=device or ",".join(dict.fromkeys(ended)),
-                reason=reason, count=len(ended),
-            )
+            devices = list(dict.fromkeys(ended))
+            # With delegation, Synapse is told here that the sessions of `devices` ended
+            # (their devices deleted there unless another session of them is open).
+            audit.audit(audit.SESSIONS_ENDED, user=user.name, device=",".join(devices), reason=reason, count=len(ended))
         return len(ended)
 
     async def end(self, user: str, device_ids: list[str] | None, reason: str) -> int:
         """End every session of these devices (None: all the user's); the count ended."""
-        return await self.sessions.end_devices(user, device_ids, reason)
+        count = await self.sessions.end_devices(user, device_ids, reason)
+        audit.audit(
+            AUDIT_EVENTS.get(reason, audit.SESSIONS_ENDED),
+            user=user,
+            device=None if device_ids is None else ",".join(dict.fromkeys(device_ids)),
+            reason=reason,
+            count=count,
+        )
+        return count
 
     # -- upkeep -------------------------------------------------------------------
 
@@ -176,10 +181,7 @@ class Devices:
             if user is None:
                 missing.add(name)
                 if name in self._missing:
-                    count = await self.end(name, None, USER_REMOVED)
-                    if count:
-                        audit.audit(audit.SESSIONS_ENDED, user=name, client="sweep", reason=USER_REMOVED, count=count)
-                    ended += count
+                    ended += await self.end(name, None, USER_REMOVED)
             else:
                 # Sessions of a replaced account or a changed password end at their next
                 # request anyway; the sweep ends (and with delegation deletes) unused ones too.

@@ -111,6 +111,13 @@ def text_formatter() -> TextFormatter:
     return TextFormatter("%(asctime)s [%(process)d] %(levelname)s %(name)s [%(request_id)s]: %(message)s")
 
 
+def setup_cli_logging(level: str, fmt: str = "text") -> None:
+    """Logging for a one-shot command (its audit lines), unless the process already logs
+    somewhere (the command run inside another program, or a test)."""
+    if not logging.getLogger().handlers:
+        setup_logging(level, fmt)
+
+
 def setup_logging(level: str, fmt: str = "text") -> None:
     """Log to stderr at `level`, as text lines or one JSON object per line."""
     handler = logging.StreamHandler()

@@ -56,6 +56,11 @@ def test_lock_unlock_and_reset_with_the_cli_and_sighup(start, tmp_path):
     assert (status, body["errcode"], body["soft_logout"]) == (401, "M_UNKNOWN_TOKEN", False)
     assert server.request(LOGIN, login_body("alice", "new-password"))[0] == 200
 
+    # `sessions revoke` writes its audit line where the server's log goes.
+    done = run_py("sessions", "revoke", "alice", "--all", "--config", config)
+    assert done.returncode == 0, done.stderr
+    assert 'audit revoke user="alice" client="cli" reason="revoked" count=1' in done.stderr, done.stderr
+
 
 def test_lock_of_an_unknown_user_is_one_line_and_exit_1(conf):
     for verb in ("lock", "unlock"):
