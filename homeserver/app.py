@@ -6,13 +6,13 @@ import tornado.web
 
 from homeserver.account_page import cookie_key
 from homeserver.context import HomeServer
-from homeserver.handlers import account, account_page, devices, discovery, health, login, profile
+from homeserver.handlers import account, account_page, devices, discovery, health, login, oauth, profile
 from homeserver.handlers.base import NotFoundHandler
 from homeserver.logs import log_request
 
 ROUTES = (
     discovery.ROUTES + login.ROUTES + profile.ROUTES + account.ROUTES + devices.ROUTES + health.ROUTES
-    + account_page.ROUTES
+    + oauth.ROUTES + account_page.ROUTES
 )
 
 

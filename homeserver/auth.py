@@ -59,6 +59,9 @@ class Auth:
         """Return the token's requester; 401 M_UNKNOWN_TOKEN for any token that is not good,
         401 M_USER_LOCKED for a locked account's (unless `allow_locked`: logout).
 
+        `client_ip` None (a token Synapse introspects: the client's address is not known)
+        keeps the session's last-seen address.
+
         A store that cannot answer raises StoreUnavailable (503): never a 401, which would
         make clients throw their token away.
         """
@@ -76,7 +79,7 @@ class Auth:
             raise unknown_token()
         # Every request asks the session store: no cache, so a logout is seen by every
         # process and server from the next request on.
-        session = await self.sessions.check(token, claims.name, client_ip or "")
+        session = await self.sessions.check(token, claims.name, client_ip)
         if self.credentials is not None:
             why = self.credentials.stale(session, user)
             if why is not None:

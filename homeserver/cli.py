@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from backends.base import STORED_FIELDS, User, UserBackend, UserExists, UserIncomplete, canonical_email
 from homeserver import __version__
+from homeserver.cli_delegation import add_commands as add_delegation_commands
 from homeserver.cli_sessions import UnknownTarget
 from homeserver.cli_sessions import add_commands as add_session_commands
 from homeserver.config import Config, load_config
@@ -257,7 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, help="listen port (overrides server.port)")
     parser.add_argument("--processes", type=int, help="worker processes (overrides server.processes)")
     parser.set_defaults(func=cmd_serve)
-    sub = parser.add_subparsers(title="commands", metavar="{serve,hash-password,add-user,lock,unlock,sessions}")
+    sub = parser.add_subparsers(
+        title="commands", metavar="{serve,hash-password,add-user,lock,unlock,sessions,delegation}"
+    )
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -299,6 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
         lk.add_argument("name", help="account name or user ID")
         lk.set_defaults(func=cmd_lock, lock=locking)
     add_session_commands(command)
+    add_delegation_commands(command)
     return parser
 
 

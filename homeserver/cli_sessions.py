@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from homeserver import audit
 from homeserver.config import Config, load_config
 from homeserver.context import create_backend, create_session_store
+from homeserver.delegation import Delegation, load_delegation_settings
 from homeserver.devices import Devices
 from homeserver.errors import ConfigError
 from homeserver.logs import setup_cli_logging
@@ -104,17 +105,27 @@ def cmd_revoke(args: argparse.Namespace) -> int:
     # The revocation's audit line goes where the server's log goes (standard error).
     setup_cli_logging(config.get("logging", "level"), config.get("logging", "format"))
     audit.client_address.set("cli")
-    name = local_name(args.name, config.get("server", "server_name"))
-    who = user_id(name, config.get("server", "server_name"))
+    server_name = config.get("server", "server_name")
+    name = local_name(args.name, server_name)
+    who = user_id(name, server_name)
+    settings = load_delegation_settings(config)
 
     async def work(sessions: Sessions, name: str) -> list[str]:
-        if args.all:
-            count = await Devices(sessions).revoke(name, None)
-            return [f"revoked {count} sessions of {who}"]
-        if await sessions.store.device(name, args.device) is None:
+        if not args.all and await sessions.store.device(name, args.device) is None:
             raise UnknownTarget(f"{who} has no device {args.device!r}")
-        count = await Devices(sessions).revoke(name, [args.device])
-        return [f"revoked {count} sessions of device {args.device} of {who}"]
+        # With delegation, Synapse deletes the devices too, before this returns.
+        delegation = Delegation(settings, sessions, server_name) if settings is not None else None
+        try:
+            count = await Devices(sessions, delegation=delegation).revoke(name, None if args.all else [args.device])
+            pending = delegation is not None and name in await sessions.store.resyncs()
+        finally:
+            if delegation is not None:
+                await delegation.close()
+        what = f"{who}" if args.all else f"device {args.device} of {who}"
+        lines = [f"revoked {count} sessions of {what}"]
+        if pending:
+            lines.append("Synapse could not be told yet: the running server tells it as soon as it answers")
+        return lines
 
     return _run(config, name, work)
 

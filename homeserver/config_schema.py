@@ -249,6 +249,21 @@ SCHEMA: dict[str, dict[str, Field]] = {
         # Buckets kept per limit; past that the least recently used is forgotten.
         "max_entries": Field("int", 100_000, _range(100)),
     },
+    "delegation": {
+        # Be the authentication service of a Synapse (its `matrix_authentication_service`).
+        "enabled": Field("bool", False),
+        # Synapse's client listener, where its /_synapse/mas/ API answers.
+        "synapse_url": Field("str", "", _optional_http_url),
+        # The secret shared with Synapse (its matrix_authentication_service.secret), or a file holding it.
+        "secret": Field("str", ""),
+        "secret_file": Field("str", ""),
+        # User names whose tokens carry urn:synapse:admin:* (Synapse admins).
+        "admins": Field("str_list", []),
+        # Seconds one call to Synapse may take (connect included).
+        "timeout": Field("float", 5.0, _range(0.1, 120)),
+        # Seconds between attempts to tell Synapse about sessions that ended while it was away.
+        "retry_interval": Field("float", 5.0, _range(0.1, 3600)),
+    },
     "metrics": {
         "enabled": Field("bool", False),
         # 0 serves /metrics on the main listener; another port serves it there instead

@@ -12,6 +12,7 @@ from backends.sessions.base import SessionStore
 from homeserver.auth import Auth
 from homeserver.config import Config
 from homeserver.credentials import Credentials
+from homeserver.delegation import Delegation, load_delegation_settings
 from homeserver.devices import Devices
 from homeserver.documents import Documents
 from homeserver.drain import InFlight
@@ -47,6 +48,8 @@ class HomeServer:
     client_address: ClientAddress = field(default_factory=ClientAddress)
     # Fingerprints of the credential each session was opened with (homeserver.credentials).
     credentials: Credentials | None = None
+    # The Synapse this server is the authentication service of; None when `[delegation]` is off.
+    delegation: Delegation | None = None
     users: Users = field(init=False)
     auth: Auth = field(init=False)
     uia: UserInteractiveAuth = field(init=False)
@@ -62,7 +65,7 @@ class HomeServer:
                 end_on_password_change=self.config.get("sessions", "end_on_password_change"),
             )
         self.uia = UserInteractiveAuth(self.tokens.secret, self.users, self.checker, self.limits, self.server_name)
-        self.devices = Devices(self.sessions, self.uia, self.credentials)
+        self.devices = Devices(self.sessions, self.uia, self.delegation, self.credentials)
         self.auth = Auth(self.tokens, self.sessions, self.users, self.server_name, self.credentials, self.devices)
         self.login = LoginService(
             users=self.users,
@@ -73,6 +76,7 @@ class HomeServer:
             limits=self.limits,
             metrics=self.metrics,
             credentials=self.credentials,
+            delegation=self.delegation,
         )
 
     @property
@@ -84,6 +88,8 @@ class HomeServer:
         return self.config.get("server", "max_body_size")
 
     async def close(self) -> None:
+        if self.delegation is not None:
+            await self.delegation.close()
         await self.backend.close()
         await self.sessions.close()
         self.checker.close()
@@ -125,8 +131,12 @@ def build_homeserver(
         touch_interval=config.get("sessions", "touch_interval"),
         metrics=metrics,
     )
+    settings = load_delegation_settings(config)
+    server_name = config.get("server", "server_name")
+    delegation = Delegation(settings, sessions, server_name, metrics=metrics) if settings else None
     return HomeServer(
         config=config,
+        delegation=delegation,
         backend=backend,
         sessions=sessions,
         tokens=TokenIssuer(

@@ -30,6 +30,7 @@ from homeserver.sessions import (
 
 if TYPE_CHECKING:
     from homeserver.auth import Requester
+    from homeserver.delegation import Delegation
     from homeserver.uia import UserInteractiveAuth
     from homeserver.users import Users
 
@@ -82,10 +83,16 @@ class Devices:
     """A user's devices, and every way their sessions end."""
 
     def __init__(
-        self, sessions: Sessions, uia: UserInteractiveAuth | None = None, credentials: Credentials | None = None
+        self,
+        sessions: Sessions,
+        uia: UserInteractiveAuth | None = None,
+        delegation: Delegation | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         self.sessions = sessions
         self.uia = uia
+        # With delegation, Synapse is told of every end of a session and every rename.
+        self.delegation = delegation
         # Without it (the CLI), no session is ever found stale.
         self.credentials = credentials
         self._missing: set[str] = set()  # users found missing by the last sweep
@@ -107,6 +114,9 @@ class Devices:
         if display_name is None:
             await self.get(user, device_id)
             return
+        if self.delegation is not None:
+            await self.get(user, device_id)
+            await self.delegation.rename(user, device_id, display_name)
         if not await self.sessions.store.rename_device(user, device_id, display_name):
             raise no_device()
 
@@ -115,6 +125,8 @@ class Devices:
     async def logout(self, session: Session) -> None:
         """POST /logout: end the session of the token used (other sessions of its device stay)."""
         await self.sessions.end(session, LOGOUT)
+        if self.delegation is not None:
+            await self.delegation.devices_ended(session.user, [session.device_id])
         audit.audit(audit.LOGOUT, user=session.user, device=session.device_id, reason=LOGOUT)
 
     async def logout_all(self, user: str) -> int:
@@ -147,13 +159,18 @@ class Devices:
         ended = await self.sessions.end_stale(user.name, identities, passwords, reason)
         if ended:
             devices = list(dict.fromkeys(ended))
-            # With delegation, Synapse is told here that the sessions of `devices` ended
-            # (their devices deleted there unless another session of them is open).
             audit.audit(audit.SESSIONS_ENDED, user=user.name, device=",".join(devices), reason=reason, count=len(ended))
+            if self.delegation is not None:
+                # Their devices are deleted at Synapse (unless another session of one is open).
+                await self.delegation.devices_ended(user.name, devices)
         return len(ended)
 
     async def end(self, user: str, device_ids: list[str] | None, reason: str) -> int:
-        """End every session of these devices (None: all the user's); the count ended."""
+        """End every session of these devices (None: all the user's); the count ended.
+
+        With delegation, Synapse is told before this returns; when it is away, the sessions
+        end here all the same and Synapse is told once it is back (homeserver.delegation).
+        """
         count = await self.sessions.end_devices(user, device_ids, reason)
         audit.audit(
             AUDIT_EVENTS.get(reason, audit.SESSIONS_ENDED),
@@ -162,6 +179,8 @@ class Devices:
             reason=reason,
             count=count,
         )
+        if self.delegation is not None:
+            await self.delegation.devices_ended(user, device_ids)
         return count
 
     # -- upkeep -------------------------------------------------------------------

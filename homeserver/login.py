@@ -9,17 +9,20 @@ from backends.base import User
 from backends.hashes import stored_password_problem
 from homeserver import audit
 from homeserver.credentials import Credentials
+from homeserver.delegation.service import MAX_DEVICE_ID as MAX_SYNAPSE_DEVICE_ID
+from homeserver.delegation.service import new_device_id
 from homeserver.errors import M_FORBIDDEN, M_LIMIT_EXCEEDED, M_UNKNOWN, M_USER_LOCKED, MatrixError, user_locked
 from homeserver.jsonio import decode_json_object
 from homeserver.login_request import LoginRequest, parse_login
 from homeserver.names import possible_name, user_id
 from homeserver.passwords import HashDecodeError, Overloaded, PasswordChecker
 from homeserver.ratelimit import LoginLimits
-from homeserver.sessions import Sessions
+from homeserver.sessions import REPLACED, Sessions
 from homeserver.tokens import TokenIssuer
 from homeserver.users import Users
 
 if TYPE_CHECKING:
+    from homeserver.delegation import Delegation
     from homeserver.metrics import Metrics
 
 logger = logging.getLogger(__name__)
@@ -98,6 +101,7 @@ class LoginService:
         limits: LoginLimits | None = None,
         metrics: Metrics | None = None,
         credentials: Credentials | None = None,
+        delegation: Delegation | None = None,
     ) -> None:
         self.users = users
         self.tokens = tokens
@@ -107,6 +111,7 @@ class LoginService:
         self.limits = limits if limits is not None else LoginLimits()
         self.metrics = metrics
         self.credentials = credentials
+        self.delegation = delegation
 
     async def login(self, body: bytes, client_ip: str) -> dict[str, str]:
         """Check the request body (JSON), apply rules 1-6; return the login response or raise the rule's MatrixError."""
@@ -149,7 +154,16 @@ class LoginService:
 
     async def _login(self, body: bytes, client_ip: str, attempt: dict[str, str]) -> dict[str, str]:
         await self.limits.check_address(client_ip)
-        request = parse_login(decode_json_object(body), self.server_name)
+        if self.delegation is None:
+            request = parse_login(decode_json_object(body), self.server_name)
+            fresh = ""
+        else:
+            # One device per login (Synapse keeps keys and to-device messages per device),
+            # and a device id Synapse takes.
+            fresh = new_device_id()
+            request = parse_login(
+                decode_json_object(body), self.server_name, fresh, max_device_id=MAX_SYNAPSE_DEVICE_ID
+            )
         # An address stays out of the audit line's user (it names the stored user once found).
         # A name no account can have (over 255 bytes, control characters) is left out too.
         typed = request.user if request.email is None and possible_name(request.user) else ""
@@ -157,20 +171,30 @@ class LoginService:
         attempt["via"] = "password, by e-mail address" if request.email is not None else "password"
         user, token = await self._verify(request, issue=True)
         attempt["user"] = user.name
-        # After rules 3-5: an unknown name and a wrong password answer as for anyone.
+        # After rules 3-5: an unknown name and a wrong password answer as for anyone; a
+        # locked account gets no session, and with delegation Synapse is not asked.
         if user.locked:
             raise user_locked()
         fingerprint = self.credentials.of(user) if self.credentials is not None else None
-        # Rule 6, once the session of the token is recorded (a 200 is never lost).
-        await self.sessions.open(
-            token,
-            user.name,
-            request.device_id,
-            request.display_name,
-            client_ip,
-            identity_fp=fingerprint.identity if fingerprint else None,
-            password_fp=fingerprint.password if fingerprint else None,
-        )
+        fingerprints = {
+            "identity_fp": fingerprint.identity if fingerprint else None,
+            "password_fp": fingerprint.password if fingerprint else None,
+        }
+        if self.delegation is None:
+            # Rule 6, once the session of the token is recorded (a 200 is never lost).
+            await self.sessions.open(
+                token, user.name, request.device_id, request.display_name, client_ip, **fingerprints
+            )
+        else:
+            # Synapse has the user and the device first (503 and nothing done here when it
+            # cannot be told); then the device's earlier sessions end (MAS's rule: one
+            # device, one session; the device and its keys stay at Synapse) and this one opens.
+            async with self.delegation.login(user, request.device_id, request.display_name):
+                if request.device_id != fresh:
+                    await self.sessions.end_devices(user.name, [request.device_id], REPLACED)
+                await self.sessions.open(
+                    token, user.name, request.device_id, request.display_name, client_ip, **fingerprints
+                )
         return {
             "user_id": user_id(user.name, self.server_name),
             "access_token": token,

@@ -112,10 +112,14 @@ def text_formatter() -> TextFormatter:
 
 
 def setup_cli_logging(level: str, fmt: str = "text") -> None:
-    """Logging for a one-shot command (its audit lines), unless the process already logs
+    """Logging for a one-shot command: its audit lines (homeserver.audit) and warnings, on
+    standard error in the configured format; nothing when the process already logs
     somewhere (the command run inside another program, or a test)."""
-    if not logging.getLogger().handlers:
-        setup_logging(level, fmt)
+    if logging.getLogger().handlers:
+        return
+    quiet = max(getattr(logging, level, logging.INFO), logging.WARNING)
+    setup_logging(logging.getLevelName(quiet), fmt)
+    logging.getLogger("homeserver.audit").setLevel(logging.INFO)
 
 
 def setup_logging(level: str, fmt: str = "text") -> None:

@@ -22,6 +22,8 @@ logger = logging.getLogger(__name__)
 LOGOUT, LOGOUT_ALL, DEVICE_DELETED, REVOKED, USER_REMOVED = (
     "logout", "logout_all", "device_deleted", "revoked", "user_removed",
 )
+# With delegation, a login naming a device ends that device's earlier sessions.
+REPLACED = "replaced"
 # The account behind the session was replaced, or its password changed (homeserver.credentials).
 ACCOUNT_REPLACED, PASSWORD_CHANGED, CREDENTIAL_CHANGED = "account_replaced", "password_changed", "credential_changed"
 # Remembered digests of recently touched sessions, per process; past this the table is
@@ -95,7 +97,7 @@ class Sessions:
         if self.metrics is not None:
             self.metrics.observe_sessions_opened()
 
-    async def check(self, token: str, user: str, ip: str) -> Session:
+    async def check(self, token: str, user: str, ip: str | None) -> Session:
         """Return the open session of a verified token; 401 M_UNKNOWN_TOKEN when there is none.
 
         A session that was ended (logout, device deleted, revoked) answers `soft_logout:
@@ -108,7 +110,7 @@ class Sessions:
             raise unknown_token(soft_logout=True)
         if session.ended_ts is not None:
             raise unknown_token()
-        self._maybe_touch(session, ip)
+        self._maybe_touch(session, session.last_seen_ip if ip is None else ip)
         return session
 
     def _maybe_touch(self, session: Session, ip: str) -> None:

@@ -49,6 +49,9 @@ class FakeDelegation:
     def __init__(self, synapse_url: str) -> None:
         self.synapse_url = synapse_url
 
+    async def close(self) -> None:
+        """Nothing to release (HomeServer.close calls it)."""
+
     async def allow_cross_signing_reset(self, localpart: str) -> None:
         await AsyncHTTPClient().fetch(
             self.synapse_url + "/_synapse/mas/allow_cross_signing_reset",

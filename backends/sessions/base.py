@@ -108,6 +108,28 @@ class SessionStore(abc.ABC):
     async def users(self) -> list[str]:
         """The users with open sessions (to end those of users removed from the user store)."""
 
+    # -- delegation (homeserver.delegation): what Synapse was told --------------------
+
+    @abc.abstractmethod
+    async def provisioned(self, user: str) -> str | None:
+        """The digest of the profile last provisioned at Synapse for the user; None if never."""
+
+    @abc.abstractmethod
+    async def set_provisioned(self, user: str, digest: str) -> None:
+        """Remember the digest of the profile just provisioned at Synapse."""
+
+    @abc.abstractmethod
+    async def mark_resync(self, user: str, mark: int) -> None:
+        """Remember, durably, that Synapse must be told the user's devices again (a call failed)."""
+
+    @abc.abstractmethod
+    async def resyncs(self) -> dict[str, int]:
+        """The users Synapse must be told about again, each with its latest mark."""
+
+    @abc.abstractmethod
+    async def clear_resync(self, user: str, mark: int) -> bool:
+        """Forget the user's resync if its mark is still `mark` (not marked again since); True if forgotten."""
+
     @abc.abstractmethod
     async def rate_limit(self, key: str, interval: float, capacity: float, *, take: bool = True) -> float:
         """One atomic GCRA step on the store's clock, as homeserver.ratelimit.TokenBuckets.

@@ -9,7 +9,17 @@ from typing import Any
 from backends.base import ConfigError
 from backends.redis_connect import RedisConnection, text
 from backends.sessions.base import Device, Session, SessionStore
-from backends.sessions.redis_scripts import DEVICES, END, END_DEVICES, END_STALE, OPEN, RATE_LIMIT, RENAME, TOUCH
+from backends.sessions.redis_scripts import (
+    CLEAR_RESYNC,
+    DEVICES,
+    END,
+    END_DEVICES,
+    END_STALE,
+    OPEN,
+    RATE_LIMIT,
+    RENAME,
+    TOUCH,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +36,9 @@ class RedisSessionStore(SessionStore):
     - `<prefix>{<tag>}:d:<device id>`: set of the digests of the device's open sessions;
     - `<prefix>{<tag>}:devices`: hash device id -> display name, of devices with open sessions;
     - `<prefix>users`: set of users with sessions (for the sweep of removed users);
-    - `<prefix>rl:<bucket>`: one shared rate-limit bucket (GCRA, Redis `TIME`).
+    - `<prefix>rl:<bucket>`: one shared rate-limit bucket (GCRA, Redis `TIME`);
+    - `<prefix>delegation:provisioned`: hash user -> digest of the profile last given to Synapse;
+    - `<prefix>delegation:resync`: hash user -> mark, users whose devices Synapse must be told again.
 
     The tag is a digest of the user name, so no name can break out of it.
     """
@@ -169,6 +181,29 @@ class RedisSessionStore(SessionStore):
                 with self.connection.errors():
                     await client.srem(f"{self.prefix}users", name)
         return found
+
+    # -- delegation -----------------------------------------------------------------
+
+    async def provisioned(self, user: str) -> str | None:
+        with self.connection.errors():
+            value = await self.connection.connect().hget(f"{self.prefix}delegation:provisioned", user)
+        return text(value) if value is not None else None
+
+    async def set_provisioned(self, user: str, digest: str) -> None:
+        with self.connection.errors():
+            await self.connection.connect().hset(f"{self.prefix}delegation:provisioned", user, digest)
+
+    async def mark_resync(self, user: str, mark: int) -> None:
+        with self.connection.errors():
+            await self.connection.connect().hset(f"{self.prefix}delegation:resync", user, str(mark))
+
+    async def resyncs(self) -> dict[str, int]:
+        with self.connection.errors():
+            found = await self.connection.connect().hgetall(f"{self.prefix}delegation:resync")
+        return {text(user): int(mark) for user, mark in found.items()}
+
+    async def clear_resync(self, user: str, mark: int) -> bool:
+        return bool(await self._script(CLEAR_RESYNC, [f"{self.prefix}delegation:resync"], [user, str(mark)]))
 
     # -- shared rate limits ---------------------------------------------------------
 

@@ -185,3 +185,11 @@ if ARGV[3] == '1' then
 end
 return '0'
 """
+
+# KEYS: the resync hash. ARGV: user, mark. Forget the user only if not marked again since.
+CLEAR_RESYNC = """
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  return redis.call('HDEL', KEYS[1], ARGV[1])
+end
+return 0
+"""

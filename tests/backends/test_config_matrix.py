@@ -3,10 +3,13 @@
 Each feature has tests of its own, but operators turn them on together (a metrics switch
 once broke login by e-mail address and no test saw it). Here real `run.py` processes run
 on real stores, the user backend (file, Redis, LDAP) x the session store (SQLite, Redis)
-x metrics (off, on) x worker processes (1, 2), in a set of configurations that holds
+x metrics (off, on) x worker processes (1, 2) x delegation to a (fake) Synapse (off, on),
+in a set of configurations that holds
 every pair of settings at least once (checked below), and each runs the same scenario:
 login by name and by e-mail address, profile, whoami, capabilities, the devices list, a
-second login, and a logout that leaves the other token alive, on every worker.
+second login, and a logout that leaves the other token alive, on every worker (with
+delegation: each login its own device at Synapse, the logout's deleted there, and the
+tokens introspected as Synapse would).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import itertools
 import json
 import secrets
 import signal
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +26,9 @@ import pytest
 import redis
 
 from tests.backends.slapd import READER_DN, READER_PASSWORD, SUFFIX, Slapd
-from tests.helpers import DEFAULT_USERS, assert_error, assert_json, record
+from tests.delegation_fakes import SECRET as SYNAPSE_SECRET
+from tests.delegation_fakes import FakeSynapseThread
+from tests.helpers import DEFAULT_USERS, Response, assert_error, assert_json, record
 from tests.openapi import validate
 from tests.servers import ServerProcess
 
@@ -31,16 +37,16 @@ FACTORS = {
     "sessions": ("sqlite", "redis"),
     "metrics": (False, True),
     "processes": (1, 2),
-    "end_on_password_change": (True, False),
+    "delegation": (False, True),
 }
 # Six rows hold every pair of the five factors' values (the fewest possible: 3 x 2).
 MATRIX = [
-    ("file", "sqlite", False, 1, True),
-    ("file", "redis", True, 2, False),
-    ("redis", "sqlite", True, 2, True),
-    ("redis", "redis", False, 1, False),
-    ("ldap", "sqlite", False, 2, False),
-    ("ldap", "redis", True, 1, True),
+    ("file", "sqlite", False, 1, False),
+    ("file", "redis", True, 2, True),
+    ("redis", "sqlite", True, 2, False),
+    ("redis", "redis", False, 1, True),
+    ("ldap", "sqlite", False, 2, True),
+    ("ldap", "redis", True, 1, False),
 ]
 
 # The user of the scenario, the same in every user store (the test directory has bob too).
@@ -71,13 +77,10 @@ def users_section(backend: str, redis_url: str, prefix: str, slapd: Slapd | None
     )
 
 
-def sessions_section(store: str, redis_url: str, prefix: str, end_on_password_change: bool) -> str:
-    switch = f"end_on_password_change = {json.dumps(end_on_password_change)}\n"
+def sessions_section(store: str, redis_url: str, prefix: str) -> str:
     if store == "sqlite":
-        return "[sessions]\n" + switch  # the default store: sessions.db beside the config
-    return (
-        f'[sessions]\nstore = "redis"\n{switch}[sessions.redis]\nurl = "{redis_url}"\nkey_prefix = "{prefix}session:"\n'
-    )
+        return ""  # the default: sessions.db beside the config
+    return f'[sessions]\nstore = "redis"\n[sessions.redis]\nurl = "{redis_url}"\nkey_prefix = "{prefix}session:"\n'
 
 
 @pytest.fixture
@@ -104,10 +107,28 @@ def every_worker(server: ServerProcess, processes: int, check: Any) -> None:
         check()
 
 
-@pytest.mark.parametrize(("backend", "sessions", "metrics", "processes", "end_on_password_change"), MATRIX)
+def introspect(server: ServerProcess, token: str) -> Any:
+    """POST /oauth2/introspect as Synapse sends it; the 200 answer."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{server.port}/oauth2/introspect",
+        data=f"token={token}&token_type_hint=access_token".encode(),
+        headers={"Authorization": f"Bearer {SYNAPSE_SECRET}", "Content-Type": "application/x-www-form-urlencoded"},
+    )
+    with urllib.request.urlopen(request, timeout=20) as resp:
+        return assert_json(Response(resp.status, resp.headers, resp.read()))
+
+
+@pytest.mark.parametrize(("backend", "sessions", "metrics", "processes", "delegation"), MATRIX)
 def test_one_client_scenario_in_every_configuration(
-    tmp_path, request, redis_url, redis_client, backend: str, sessions: str, metrics: bool, processes: int,
-    end_on_password_change: bool,
+    tmp_path,
+    request,
+    redis_url,
+    redis_client,
+    backend: str,
+    sessions: str,
+    metrics: bool,
+    processes: int,
+    delegation: bool,
 ) -> None:
     prefix = f"matrix-{secrets.token_hex(4)}:"
     slapd = request.getfixturevalue("slapd") if backend == "ldap" else None
@@ -117,22 +138,26 @@ def test_one_client_scenario_in_every_configuration(
                                                           "email": EMAIL})
         redis_client.sadd(f"{prefix}email:{EMAIL}", NAME)
     users = [*DEFAULT_USERS[:1], record(NAME, PASSWORD, "bob-ident", email=EMAIL)]
-    extra = users_section(backend, redis_url, prefix, slapd)
-    extra += sessions_section(sessions, redis_url, prefix, end_on_password_change)
+    extra = users_section(backend, redis_url, prefix, slapd) + sessions_section(sessions, redis_url, prefix)
     extra += f"[metrics]\nenabled = {json.dumps(metrics)}\n"
+    synapse = FakeSynapseThread() if delegation else None
+    if synapse is not None:
+        extra += f'[delegation]\nenabled = true\nsynapse_url = "{synapse.url}"\nsecret = "{SYNAPSE_SECRET}"\n'
     server = ServerProcess(tmp_path, processes, extra, users=users)
     try:
-        tokens = scenario(server, processes, metrics)
-        if backend != "ldap":  # the shared test directory is read-only
+        tokens = scenario(server, processes, metrics, synapse)
+        if backend != "ldap":  # the shared test directory is read-only (LDAP: test_account_state_ldap.py)
             store = UserStore(backend, server, processes, redis_client, f"{prefix}user:{NAME}")
-            account_state(server, processes, store, tokens)
+            account_state(server, processes, store, tokens, synapse)
     finally:
         server.stop()
+        if synapse is not None:
+            synapse.close()
         for key in redis_client.scan_iter(f"{prefix}*"):
             redis_client.delete(key)
 
 
-def scenario(server: ServerProcess, processes: int, metrics: bool) -> list[str]:
+def scenario(server: ServerProcess, processes: int, metrics: bool, synapse: FakeSynapseThread | None) -> list[str]:
     assert_json(server.fetch("/health/ready"))
 
     # Login by name, then by e-mail address (Element's m.id.thirdparty): the same user.
@@ -155,7 +180,10 @@ def scenario(server: ServerProcess, processes: int, metrics: bool) -> list[str]:
     assert "m.change_password" in assert_json(capabilities)["capabilities"]
     validate(capabilities, "capabilities.yaml", "/capabilities")
     devices = server.fetch(f"{API}/devices", token=first["access_token"])
-    assert [d["device_id"] for d in assert_json(devices)["devices"]] == [first["device_id"]]
+    # Without delegation both logins share DUMMY; with it each has its own device.
+    assert (first["device_id"] == second["device_id"] == "DUMMY") is (synapse is None), (first, second)
+    ids = sorted({first["device_id"], second["device_id"]})
+    assert [d["device_id"] for d in assert_json(devices)["devices"]] == ids
     validate(devices, "device_management.yaml", "/devices")
 
     # A second login, then a logout of the first: its token is dead on every worker, the
@@ -170,6 +198,16 @@ def scenario(server: ServerProcess, processes: int, metrics: bool) -> list[str]:
             assert assert_json(server.fetch(f"{API}/account/whoami", token=token))["user_id"] == first["user_id"]
 
     every_worker(server, processes, first_dead_others_alive)
+    if synapse is not None:
+        # Synapse got each login's device first, and the logout's deleted before the answer.
+        assert synapse.fake.devices[NAME] == {second["device_id"]: None, third["device_id"]: None}
+
+        def introspected_alike() -> None:
+            assert introspect(server, first["access_token"]) == {"active": False}
+            answer = introspect(server, third["access_token"])
+            assert (answer["active"], answer["username"], answer["device_id"]) == (True, NAME, third["device_id"])
+
+        every_worker(server, processes, introspected_alike)
 
     exposition = server.fetch("/metrics")
     if metrics:
@@ -206,8 +244,11 @@ class UserStore:
         self.server.wait_log_count("reloaded users file", self.reloads * self.processes)
 
 
-def account_state(server: ServerProcess, processes: int, store: UserStore, tokens: list[str]) -> None:
-    """Locked, unlocked, reset: every worker answers from the next request on."""
+def account_state(
+    server: ServerProcess, processes: int, store: UserStore, tokens: list[str], synapse: FakeSynapseThread | None
+) -> None:
+    """Locked, unlocked, reset: every worker answers from the next request on (and Synapse's
+    introspection with it; the reset deletes the devices at Synapse)."""
 
     def whoami(token: str) -> Any:
         return server.fetch(f"{API}/account/whoami", token=token)
@@ -217,12 +258,16 @@ def account_state(server: ServerProcess, processes: int, store: UserStore, token
     def locked() -> None:
         for token in tokens:
             assert assert_error(whoami(token), 401, "M_USER_LOCKED")["soft_logout"] is True
+            if synapse is not None:
+                assert introspect(server, token) == {"active": False}
 
     every_worker(server, processes, locked)
+    if synapse is not None:
+        assert len(synapse.fake.devices[NAME]) == 2  # a lock keeps the devices (and their keys)
     store.change(locked=None)
     every_worker(server, processes, lambda: [assert_json(whoami(token)) for token in tokens])
-    # A reset ends the sessions opened before it, with end_on_password_change on or off: a
-    # users-file record or Redis hash has no identity but its hash (README "Account state").
+    # A reset ends the sessions opened before it (with end_on_password_change on or off: a
+    # users-file record or Redis hash has no identity but its hash, README "Account state").
     store.change(password=record(NAME, "a new password")["password"])
 
     def ended() -> None:
@@ -230,3 +275,5 @@ def account_state(server: ServerProcess, processes: int, store: UserStore, token
             assert assert_error(whoami(token), 401, "M_UNKNOWN_TOKEN")["soft_logout"] is False
 
     every_worker(server, processes, ended)
+    if synapse is not None:
+        assert synapse.fake.devices[NAME] == {}  # the reset deleted them at Synapse

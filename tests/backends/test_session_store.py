@@ -110,6 +110,26 @@ def test_migration_from_an_empty_and_an_older_file(tmp_path):
     conn.close()
 
 
+async def test_delegation_provisioned_digest(each_session_store):
+    assert await each_session_store.provisioned("alice") is None
+    await each_session_store.set_provisioned("alice", "d1")
+    await each_session_store.set_provisioned("alice", "d2")
+    assert await each_session_store.provisioned("alice") == "d2"
+    assert await each_session_store.provisioned("bob") is None
+
+
+async def test_delegation_resync_is_cleared_only_if_not_marked_again(each_session_store):
+    assert await each_session_store.resyncs() == {}
+    await each_session_store.mark_resync("alice", 1)
+    await each_session_store.mark_resync("bob", 5)
+    await each_session_store.mark_resync("alice", 2)  # a second failure while the first is retried
+    assert await each_session_store.resyncs() == {"alice": 2, "bob": 5}
+    assert not await each_session_store.clear_resync("alice", 1)  # the retry read mark 1: alice stays
+    assert await each_session_store.clear_resync("alice", 2)
+    assert await each_session_store.clear_resync("bob", 5)
+    assert await each_session_store.resyncs() == {}
+
+
 # -- credential fingerprints (account state) ------------------------------------------------
 
 
