@@ -230,3 +230,18 @@ async def test_audit_line_of_a_locked_login(fetch, backend, users_path, caplog):
     await fetch(LOGIN, "POST", json_body=login_body("alice", "wonderland"))
     [line] = audit_lines(caplog)
     assert (line.audit["event"], line.audit["user"], line.audit["outcome"]) == ("login", "alice", "locked")
+
+
+@pytest.mark.parametrize("sweeps_before_re_add", [0, 1, 2])
+async def test_re_added_name_stays_dead_whatever_the_sweep_timing(fetch, login, hs, backend, users_path,
+                                                                  session_store, sweeps_before_re_add):
+    token = (await login())["access_token"]
+    await edit_users(backend, users_path, [DEFAULT_USERS[1]])  # alice removed
+    for _ in range(sweeps_before_re_add):
+        await hs.devices.sweep_removed_users(hs.users)
+    await edit_users(backend, users_path, with_alice(password=hex_hash("another")))
+    await hs.devices.sweep_removed_users(hs.users)
+    await assert_ended(fetch, token)
+    assert (await session_store.get("alice", token_digest(token))).ended_ts is not None
+    await hs.devices.sweep_removed_users(hs.users)
+    await assert_ended(fetch, token)
