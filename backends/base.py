@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 import os
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -67,6 +67,11 @@ class UserBackend(abc.ABC):
 
     #: the name under which the backend is registered (`[backend] type`)
     name: ClassVar[str] = ""
+    #: Called, where the backend holds a copy and reads it again (the users file), with the
+    #: accounts whose password, ident or lock changed ({name: the fields changed}), so the
+    #: service can act at once (end the sessions of a reset account) instead of at the
+    #: account's next request.
+    on_change: Callable[[dict[str, list[str]]], None] | None = None
 
     @classmethod
     @abc.abstractmethod

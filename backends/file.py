@@ -264,9 +264,19 @@ class FileBackend(UserBackend):
     def _install(self, signature: Signature | None, users: dict[str, User]) -> None:
         # Both assignments happen on the event loop with no await between them, so a
         # request sees the old or the new users, never a mix.
+        before = self.users
         self.users, self.folded, self.emails = users, fold_index(users), email_index(users)
         self.signature = signature
         self._bad_signature = _UNSET
+        if before and self.on_change is not None:
+            changed = {}
+            for name, user in users.items():
+                old = before.get(name)
+                fields = [f for f in ("password", "ident", "locked") if old and getattr(old, f) != getattr(user, f)]
+                if fields:
+                    changed[name] = fields
+            if changed:
+                self.on_change(changed)
 
     async def start(self) -> None:
         """Load the file (a start-up error if it is bad), then poll it if configured."""

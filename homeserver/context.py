@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 
 import backends
 import backends.sessions
-from backends.base import UserBackend
+from backends.base import StoreUnavailable, UserBackend
 from backends.sessions.base import SessionStore
 from homeserver.auth import Auth
 from homeserver.config import Config
@@ -79,6 +80,23 @@ class HomeServer:
             delegation=self.delegation,
         )
 
+        # A reloaded users file names the accounts that changed: their stale sessions end at once.
+        self.backend.on_change = self._accounts_changed
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _accounts_changed(self, changes: dict[str, list[str]]) -> None:
+        task = asyncio.ensure_future(self._end_stale(changes))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _end_stale(self, changes: dict[str, list[str]]) -> None:
+        try:
+            await self.devices.check_changed(self.users, changes)
+        except StoreUnavailable as exc:  # their next request (or the sweep) ends them instead
+            logger.warning("sessions of changed accounts not ended yet: %s", exc)
+        except Exception:
+            logger.exception("ending the sessions of changed accounts failed")
+
     @property
     def server_name(self) -> str:
         return self.config.get("server", "server_name")
@@ -88,6 +106,8 @@ class HomeServer:
         return self.config.get("server", "max_body_size")
 
     async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
         if self.delegation is not None:
             await self.delegation.close()
         await self.backend.close()

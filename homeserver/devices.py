@@ -19,10 +19,12 @@ from homeserver.credentials import Credentials
 from homeserver.errors import M_NOT_FOUND, MatrixError, invalid_param, missing_param
 from homeserver.login_request import MAX_DISPLAY_NAME
 from homeserver.sessions import (
+    ACCOUNT_REPLACED,
     CREDENTIAL_CHANGED,
     DEVICE_DELETED,
     LOGOUT,
     LOGOUT_ALL,
+    PASSWORD_CHANGED,
     REVOKED,
     USER_REMOVED,
     Sessions,
@@ -211,6 +213,20 @@ class Devices:
         if stale:
             logger.info("ended %d sessions opened with credentials changed since", stale)
         return ended + stale
+
+    async def check_changed(self, users: Users, changes: dict[str, list[str]]) -> int:
+        """The user store says these accounts changed ({name: fields}, a users-file reload):
+        end at once the sessions opened with a credential they no longer have (with
+        delegation, their devices at Synapse too), rather than at their next request; the
+        count ended."""
+        ended = 0
+        for name, fields in changes.items():
+            if "password" not in fields and "ident" not in fields:
+                continue  # a lock: the sessions stay
+            user = await users.get(name)
+            if user is not None:
+                ended += await self.end_stale(user, PASSWORD_CHANGED if "password" in fields else ACCOUNT_REPLACED)
+        return ended
 
     async def sweep_forever(self, users: Users, interval: float) -> None:
         """Sweep every `interval` seconds (jittered, so workers spread out) until cancelled."""
