@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 import secrets
+import signal
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -144,7 +145,10 @@ def test_one_client_scenario_in_every_configuration(
         extra += f'[delegation]\nenabled = true\nsynapse_url = "{synapse.url}"\nsecret = "{SYNAPSE_SECRET}"\n'
     server = ServerProcess(tmp_path, processes, extra, users=users)
     try:
-        scenario(server, processes, metrics, synapse)
+        tokens = scenario(server, processes, metrics, synapse)
+        if backend != "ldap":  # the shared test directory is read-only (LDAP: test_account_state_ldap.py)
+            store = UserStore(backend, server, processes, redis_client, f"{prefix}user:{NAME}")
+            account_state(server, processes, store, tokens, synapse)
     finally:
         server.stop()
         if synapse is not None:
@@ -153,7 +157,7 @@ def test_one_client_scenario_in_every_configuration(
             redis_client.delete(key)
 
 
-def scenario(server: ServerProcess, processes: int, metrics: bool, synapse: FakeSynapseThread | None) -> None:
+def scenario(server: ServerProcess, processes: int, metrics: bool, synapse: FakeSynapseThread | None) -> list[str]:
     assert_json(server.fetch("/health/ready"))
 
     # Login by name, then by e-mail address (Element's m.id.thirdparty): the same user.
@@ -210,3 +214,66 @@ def scenario(server: ServerProcess, processes: int, metrics: bool, synapse: Fake
         assert exposition.status == 200 and b"homeserver_logins_total" in exposition.body, exposition
     else:
         assert_error(exposition, 404, "M_UNRECOGNIZED")
+    return [second["access_token"], third["access_token"]]
+
+
+class UserStore:
+    """Change bob's record as an operator would: the users file (then SIGHUP), or his Redis hash."""
+
+    def __init__(self, backend: str, server: ServerProcess, processes: int, client: redis.Redis, key: str) -> None:
+        self.backend, self.server, self.processes, self.client, self.key = backend, server, processes, client, key
+        self.reloads = 0
+
+    def change(self, **fields: Any) -> None:
+        if self.backend == "redis":
+            for name, value in fields.items():
+                if value is None:
+                    self.client.hdel(self.key, name)
+                else:
+                    self.client.hset(self.key, name, "true" if value is True else value)
+            return
+        document = json.loads(self.server.users.read_text())
+        for entry in document["users"]:
+            if entry["name"] == NAME:
+                entry.update(fields)
+                for name in [k for k, v in entry.items() if v is None]:
+                    del entry[name]
+        self.server.users.write_text(json.dumps(document))
+        self.server.proc.send_signal(signal.SIGHUP)
+        self.reloads += 1
+        self.server.wait_log_count("reloaded users file", self.reloads * self.processes)
+
+
+def account_state(
+    server: ServerProcess, processes: int, store: UserStore, tokens: list[str], synapse: FakeSynapseThread | None
+) -> None:
+    """Locked, unlocked, reset: every worker answers from the next request on (and Synapse's
+    introspection with it; the reset deletes the devices at Synapse)."""
+
+    def whoami(token: str) -> Any:
+        return server.fetch(f"{API}/account/whoami", token=token)
+
+    store.change(locked=True)
+
+    def locked() -> None:
+        for token in tokens:
+            assert assert_error(whoami(token), 401, "M_USER_LOCKED")["soft_logout"] is True
+            if synapse is not None:
+                assert introspect(server, token) == {"active": False}
+
+    every_worker(server, processes, locked)
+    if synapse is not None:
+        assert len(synapse.fake.devices[NAME]) == 2  # a lock keeps the devices (and their keys)
+    store.change(locked=None)
+    every_worker(server, processes, lambda: [assert_json(whoami(token)) for token in tokens])
+    # A reset ends the sessions opened before it (with end_on_password_change on or off: a
+    # users-file record or Redis hash has no identity but its hash, README "Account state").
+    store.change(password=record(NAME, "a new password")["password"])
+
+    def ended() -> None:
+        for token in tokens:
+            assert assert_error(whoami(token), 401, "M_UNKNOWN_TOKEN")["soft_logout"] is False
+
+    every_worker(server, processes, ended)
+    if synapse is not None:
+        assert synapse.fake.devices[NAME] == {}  # the reset deleted them at Synapse
