@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from backends.base import User
 from backends.sessions.base import Session
 from homeserver import audit
 from homeserver.credentials import Credentials
 from homeserver.errors import unknown_token, user_locked
 from homeserver.names import user_id
+from homeserver.requester import Requester
 from homeserver.sessions import Sessions
 from homeserver.tokens import TokenError, TokenExpired, TokenIssuer
 from homeserver.users import Users
@@ -21,16 +20,6 @@ if TYPE_CHECKING:
 # Users seen locked by this process, remembered so a lock and an unlock are audited once
 # each; past this many the memory starts afresh (at worst a lock is audited again).
 MAX_LOCKED_SEEN = 10_000
-
-
-@dataclass(frozen=True, slots=True)
-class Requester:
-    """The authenticated user of a request: the stored user, and the session of the token."""
-
-    user: User
-    user_id: str
-    device_id: str
-    session: Session
 
 
 class Auth:

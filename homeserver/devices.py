@@ -31,8 +31,8 @@ from homeserver.sessions import (
 )
 
 if TYPE_CHECKING:
-    from homeserver.auth import Requester
     from homeserver.delegation import Delegation
+    from homeserver.requester import Requester
     from homeserver.uia import UserInteractiveAuth
     from homeserver.users import Users
 

@@ -11,7 +11,6 @@ from tornado import httputil
 from tornado.web import HTTPError, RequestHandler
 
 from homeserver import audit, request_id
-from homeserver.auth import Requester
 from homeserver.context import HomeServer
 from homeserver.errors import (
     M_INVALID_PARAM,
@@ -27,6 +26,7 @@ from homeserver.errors import (
 )
 from homeserver.jsonio import encode_json
 from homeserver.logs import scrub_uri
+from homeserver.requester import Requester
 
 logger = logging.getLogger(__name__)
 
