@@ -12,7 +12,7 @@ import sys
 import unicodedata
 from collections.abc import Sequence
 
-from backends.base import User, UserBackend, UserExists, UserIncomplete, canonical_email
+from backends.base import STORED_FIELDS, User, UserBackend, UserExists, UserIncomplete, canonical_email
 from homeserver import __version__
 from homeserver.cli_delegation import add_commands as add_delegation_commands
 from homeserver.cli_sessions import UnknownTarget
@@ -20,7 +20,7 @@ from homeserver.cli_sessions import add_commands as add_session_commands
 from homeserver.config import Config, load_config
 from homeserver.config_schema import server_name_problem
 from homeserver.errors import ConfigError, StoreDataError, StoreUnavailable
-from homeserver.logs import setup_logging
+from homeserver.logs import setup_cli_logging, setup_logging
 from homeserver.names import MAX_USER_ID_BYTES, user_id
 from homeserver.passwords import hash_password
 
@@ -130,9 +130,7 @@ def cmd_add_user(args: argparse.Namespace) -> int:
     given = {"ident": args.ident, "display_name": args.display_name, "avatar_url": args.avatar_url, "email": args.email}
     # With --overwrite, every field not given stays as stored, those of User this command
     # has no option for included.
-    keep = [
-        f.name for f in dataclasses.fields(User) if f.name not in ("name", "password") and given.get(f.name) is None
-    ]
+    keep = [name for name in STORED_FIELDS if name not in ("name", "password") and given.get(name) is None]
     password = None
     if args.keep_password:
         keep.append("password")
@@ -142,7 +140,9 @@ def cmd_add_user(args: argparse.Namespace) -> int:
         name=args.name,
         password=password,
         ident=args.ident or "",
-        **{name: _given(value) for name, value in given.items() if name != "ident"},
+        display_name=_given(args.display_name),
+        avatar_url=_given(args.avatar_url),
+        email=_given(args.email),
     )
 
     async def add() -> bool:
@@ -210,6 +210,46 @@ async def _check_store(config: Config, args: argparse.Namespace, server_name: st
         await backend.close()
 
 
+LDAP_LOCKING = (
+    "the ldap backend cannot lock users: lock them in the directory with its own tools "
+    "(Active Directory: disable the account; OpenLDAP: set pwdAccountLockedTime; 389-DS/FreeIPA: "
+    "nsAccountLock=TRUE or ipa user-disable); the server follows [backend.ldap] locked_filter"
+)
+
+
+def cmd_lock(args: argparse.Namespace) -> int:
+    """`lock NAME` / `unlock NAME`: set or clear the user's `locked` in the file or Redis."""
+    from homeserver import audit
+    from homeserver.context import create_backend
+    from homeserver.names import local_name
+
+    locked = args.lock
+    config = load_config(args.config)
+    server_name = config.get("server", "server_name")
+    name = local_name(args.name, server_name)
+    if config.get("backend", "type") == "ldap":
+        raise CommandError(LDAP_LOCKING)
+
+    async def change() -> bool:
+        backend = create_backend(config)
+        try:
+            return await backend.set_locked(name, locked)
+        finally:
+            await backend.close()
+
+    try:
+        found = asyncio.run(change())
+    except NotImplementedError as exc:
+        raise CommandError(f"{exc}; lock them with your store's own tools") from None
+    if not found:
+        raise CommandError(f"unknown user {name!r}")
+    # The audit line goes where the server's log goes (standard error, the configured format).
+    setup_cli_logging(config.get("logging", "level"), config.get("logging", "format"))
+    audit.audit(audit.LOCK if locked else audit.UNLOCK, user=name, client="cli", reason="command line")
+    print(f"{'locked' if locked else 'unlocked'} {user_id(name, server_name)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="run.py", description="Matrix login-and-profile homeserver.")
     parser.add_argument("--version", action="version", version=f"homeserver {__version__}")
@@ -218,7 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, help="listen port (overrides server.port)")
     parser.add_argument("--processes", type=int, help="worker processes (overrides server.processes)")
     parser.set_defaults(func=cmd_serve)
-    sub = parser.add_subparsers(title="commands", metavar="{serve,hash-password,add-user,sessions,delegation}")
+    sub = parser.add_subparsers(
+        title="commands", metavar="{serve,hash-password,add-user,lock,unlock,sessions,delegation}"
+    )
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -251,6 +293,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     au.add_argument("--rounds", type=int, choices=range(4, 32), metavar="4..31", help="bcrypt cost")
     au.set_defaults(func=cmd_add_user)
+
+    for verb, locking, what in (
+        ("lock", True, "lock a user (file, Redis): their tokens answer M_USER_LOCKED, their sessions stay"),
+        ("unlock", False, "unlock a user (file, Redis): their sessions work again"),
+    ):
+        lk = command(verb, what)
+        lk.add_argument("name", help="account name or user ID")
+        lk.set_defaults(func=cmd_lock, lock=locking)
     add_session_commands(command)
     add_delegation_commands(command)
     return parser

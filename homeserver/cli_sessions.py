@@ -9,11 +9,13 @@ import os
 import unicodedata
 from collections.abc import Awaitable, Callable
 
+from homeserver import audit
 from homeserver.config import Config, load_config
 from homeserver.context import create_backend, create_session_store
 from homeserver.delegation import Delegation, load_delegation_settings
 from homeserver.devices import Devices
 from homeserver.errors import ConfigError
+from homeserver.logs import setup_cli_logging
 from homeserver.names import local_name, user_id
 from homeserver.sessions import Sessions
 from homeserver.users import Users
@@ -100,6 +102,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_revoke(args: argparse.Namespace) -> int:
     config = load_config(args.config)
+    # The revocation's audit line goes where the server's log goes (standard error).
+    setup_cli_logging(config.get("logging", "level"), config.get("logging", "format"))
+    audit.client_address.set("cli")
     server_name = config.get("server", "server_name")
     name = local_name(args.name, server_name)
     who = user_id(name, server_name)

@@ -194,6 +194,12 @@ SCHEMA: dict[str, dict[str, Field]] = {
         # How the ident attribute's value is shown after the display name: " ({ident})"
         # with attributes.ident = "uid" gives "Alice Liddell (alice)".
         "ident_template": Field("str", "{ident}"),
+        # Entries matching this filter are locked (M_USER_LOCKED; their sessions stay). Empty:
+        # the default for the directory (see README "Account state"); "(!(objectClass=*))"
+        # turns locking off.
+        "locked_filter": Field("str", ""),
+        # With active_directory: also lock accounts locked out by failed logons (lockoutTime).
+        "locked_out_is_locked": Field("bool", False),
     },
     "backend.ldap.attributes": {
         "name": Field("str_or_list", "uid"),
@@ -209,6 +215,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "touch_interval": Field("float", 60.0, _range(0)),
         # Seconds between sweeps that end the sessions of users gone from the user store.
         "sweep_interval": Field("float", 3600.0, _positive),
+        # A changed password ends the sessions opened with the old one (a replaced account
+        # always does); false keeps them across password rotations.
+        "end_on_password_change": Field("bool", True),
     },
     "sessions.sqlite": {
         "path": Field("str", "sessions.db", _non_empty),

@@ -34,7 +34,8 @@ class Metrics:
         )
         self.logins = Counter(
             "homeserver_logins",
-            "Password logins by outcome: success, unknown_user, bad_password, rate_limited, bad_request, error.",
+            "Password logins by outcome: success, unknown_user, bad_password, locked, rate_limited, bad_request, "
+            "error.",
             ["outcome"],
             registry=self.registry,
         )
@@ -58,7 +59,8 @@ class Metrics:
         )
         self.sessions_ended = Counter(
             "homeserver_sessions_ended",
-            "Sessions ended, by reason: logout, logout_all, device_deleted, revoked, user_removed, replaced.",
+            "Sessions ended, by reason: logout, logout_all, device_deleted, revoked, user_removed, replaced, "
+            "password_changed, account_replaced, credential_changed.",
             ["reason"],
             registry=self.registry,
         )

@@ -19,7 +19,7 @@ def stub(folder: Path, name: str, body: str = "exit 0") -> None:
 
 def run_script(tmp_path: Path, present: list[str]) -> tuple[int, list[str]]:
     """Run the script on a PATH of stubs: `present` programs exist; apt-get, sudo, mkdir and
-    touch only record or do nothing. Returns the exit status and what apt-get install got."""
+    touch (and the rest the script runs) only record or do nothing. Returns the exit status and what apt-get install got."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool in ("bash", "id", "cat", "dirname"):
@@ -27,8 +27,8 @@ def run_script(tmp_path: Path, present: list[str]) -> tuple[int, list[str]]:
     calls = tmp_path / "apt-calls"
     stub(bin_dir, "apt-get", f'echo "$@" >> {calls}')
     stub(bin_dir, "sudo", '"$@"')
-    # python3 (the Synapse virtualenv step), and tee, chmod, rm (the policy-rc.d guard): do nothing.
-    for name in ("mkdir", "touch", "python3", "tee", "chmod", "rm", *present):
+    # python3 stands in for the Synapse virtualenv step; tee, chmod and rm for policy-rc.d.
+    for name in ("mkdir", "touch", "tee", "chmod", "rm", "python3", *present):
         stub(bin_dir, name)
     proc = subprocess.run(
         [str(bin_dir / "bash"), str(SCRIPT)], env={"PATH": str(bin_dir)}, capture_output=True, text=True, timeout=60

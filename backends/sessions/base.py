@@ -22,6 +22,10 @@ class Session:
     # is kept a while as a tombstone so its token is told `soft_logout: false`, while a
     # token the store never saw is told `soft_logout: true`.
     ended_ts: int | None = None
+    # Keyed digests of what the session was opened with (homeserver.credentials): the
+    # account's identity and its password. None for sessions opened before they were kept.
+    identity_fp: str | None = None
+    password_fp: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +84,13 @@ class SessionStore(abc.ABC):
     @abc.abstractmethod
     async def end_devices(self, user: str, device_ids: list[str] | None) -> int:
         """End every session of these devices (None: all of the user's); how many ended."""
+
+    @abc.abstractmethod
+    async def end_stale(self, user: str, identity_fps: list[str], password_fps: list[str] | None) -> list[str]:
+        """End every open session of the user whose identity fingerprint is none of
+        `identity_fps`, or (when `password_fps` is given) whose password fingerprint is none of
+        those (one per signing key); sessions without fingerprints stay. The device id of each
+        session ended (a device ids once per session)."""
 
     @abc.abstractmethod
     async def devices(self, user: str) -> list[Device]:

@@ -22,7 +22,10 @@ T = TypeVar("T")
 STORE = "session store"
 # Tombstones and expired sessions are purged at most this often (seconds), by the writer.
 PURGE_EVERY = 600.0
-_SESSION_COLUMNS = "token_hash, user, device_id, created_ts, last_seen_ip, last_seen_ts, expires_ts, ended_ts"
+_SESSION_COLUMNS = (
+    "token_hash, user, device_id, created_ts, last_seen_ip, last_seen_ts, expires_ts, ended_ts, "
+    "identity_fp, password_fp"
+)
 
 
 def _connect(path: str, timeout: float) -> sqlite3.Connection:
@@ -154,9 +157,10 @@ class SqliteSessionStore(SessionStore):
     async def open(self, session: Session, display_name: str | None) -> None:
         def work(conn: sqlite3.Connection) -> None:
             conn.execute(
-                f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL)",
+                f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
                 (session.token_hash, session.user, session.device_id, session.created_ts,
-                 session.last_seen_ip, session.last_seen_ts, session.expires_ts),
+                 session.last_seen_ip, session.last_seen_ts, session.expires_ts,
+                 session.identity_fp, session.password_fp),
             )
             conn.execute(
                 "INSERT OR IGNORE INTO devices (user, device_id, display_name) VALUES (?, ?, ?)",
@@ -225,6 +229,31 @@ class SqliteSessionStore(SessionStore):
             return count
 
         return await self._write(self._transaction(work))
+
+    async def end_stale(self, user: str, identity_fps: list[str], password_fps: list[str] | None) -> list[str]:
+        stale = f"identity_fp NOT IN ({', '.join('?' * len(identity_fps))})"
+        args: list[Any] = [user, *identity_fps]
+        if password_fps is not None:
+            stale += f" OR (password_fp IS NOT NULL AND password_fp NOT IN ({', '.join('?' * len(password_fps))}))"
+            args += password_fps
+        where = f"user = ? AND ended_ts IS NULL AND identity_fp IS NOT NULL AND ({stale})"
+
+        def work(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute(
+                f"UPDATE sessions SET ended_ts = ? WHERE {where} RETURNING device_id", [_now_ms(), *args]
+            ).fetchall()
+            devices = [row[0] for row in rows]
+            self._drop_unused_devices(conn, user, devices)
+            return devices
+
+        def run() -> list[str]:
+            # The sweep asks this of every user each time: a read first, so the usual "none"
+            # takes no write lock from the other processes.
+            if self._conn().execute(f"SELECT 1 FROM sessions WHERE {where} LIMIT 1", args).fetchone() is None:
+                return []
+            return self._transaction(work)()
+
+        return await self._write(run)
 
     @staticmethod
     def _drop_unused_devices(conn: sqlite3.Connection, user: str, device_ids: list[str]) -> None:

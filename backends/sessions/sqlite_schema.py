@@ -42,6 +42,12 @@ MIGRATIONS: list[str] = [
         mark INTEGER NOT NULL
     ) WITHOUT ROWID;
     """,
+    # Account state: keyed digests of the identity and the password a session was opened
+    # with, so a replaced account or a changed password ends it (NULL: opened before).
+    """
+    ALTER TABLE sessions ADD COLUMN identity_fp TEXT;
+    ALTER TABLE sessions ADD COLUMN password_fp TEXT;
+    """,
 ]
 VERSION = len(MIGRATIONS)
 

@@ -3,13 +3,14 @@
 Each feature has tests of its own, but operators turn them on together (a metrics switch
 once broke login by e-mail address and no test saw it). Here real `run.py` processes run
 on real stores, the user backend (file, Redis, LDAP) x the session store (SQLite, Redis)
-x metrics (off, on) x worker processes (1, 2) x delegation to a (fake) Synapse (off, on),
-in a set of configurations that holds
-every pair of settings at least once (checked below), and each runs the same scenario:
-login by name and by e-mail address, profile, whoami, capabilities, the devices list, a
-second login, and a logout that leaves the other token alive, on every worker (with
-delegation: each login its own device at Synapse, the logout's deleted there, and the
-tokens introspected as Synapse would).
+x metrics (off, on) x worker processes (1, 2) x delegation to a real Synapse (off, on),
+in a set of configurations that holds every pair of settings at least once (checked
+below), and each runs the same scenario: login by name and by e-mail address, profile,
+whoami, capabilities, the devices list, a second login, and a logout that leaves the
+other token alive, on every worker; then (file and Redis) a lock, an unlock and a
+password reset. With delegation, Synapse is asked too: each login has its own device
+there, the logged-out token is refused by Synapse and the others taken, every worker
+introspects alike, a lock keeps the devices at Synapse and a reset deletes them.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import itertools
 import json
 import secrets
+import signal
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -25,11 +27,14 @@ import pytest
 import redis
 
 from tests.backends.slapd import READER_DN, READER_PASSWORD, SUFFIX, Slapd
-from tests.delegation_fakes import SECRET as SYNAPSE_SECRET
-from tests.delegation_fakes import FakeSynapseThread
-from tests.helpers import DEFAULT_USERS, Response, assert_error, assert_json, record
+from tests.helpers import DEFAULT_USERS, Response, assert_error, assert_json, ci, record
 from tests.openapi import validate
 from tests.servers import ServerProcess
+from tests.synapse import Synapse, SynapseUnavailable, http
+
+SYNAPSE_SECRET = "matrix-test-secret-shared-with-synapse-0123456789"
+# alice (in every row's users file) is a Synapse admin: her token reads bob's devices there.
+ADMIN = "alice"
 
 FACTORS = {
     "backend": ("file", "redis", "ldap"),
@@ -136,24 +141,63 @@ def test_one_client_scenario_in_every_configuration(
         redis_client.hset(f"{prefix}user:{NAME}", mapping={"password": stored["password"], "ident": "bob-ident",
                                                           "email": EMAIL})
         redis_client.sadd(f"{prefix}email:{EMAIL}", NAME)
+        alice = DEFAULT_USERS[0]
+        redis_client.hset(f"{prefix}user:{ADMIN}", mapping={"password": alice["password"], "ident": alice["ident"]})
     users = [*DEFAULT_USERS[:1], record(NAME, PASSWORD, "bob-ident", email=EMAIL)]
     extra = users_section(backend, redis_url, prefix, slapd) + sessions_section(sessions, redis_url, prefix)
     extra += f"[metrics]\nenabled = {json.dumps(metrics)}\n"
-    synapse = FakeSynapseThread() if delegation else None
+    # With delegation: this server first (it waits for Synapse), then the Synapse asking it.
+    synapse = Synapse(tmp_path / "synapse") if delegation else None
     if synapse is not None:
-        extra += f'[delegation]\nenabled = true\nsynapse_url = "{synapse.url}"\nsecret = "{SYNAPSE_SECRET}"\n'
+        extra += (
+            f'[delegation]\nenabled = true\nsynapse_url = "{synapse.url}"\nsecret = "{SYNAPSE_SECRET}"\n'
+            f'admins = ["{ADMIN}"]\n'
+        )
     server = ServerProcess(tmp_path, processes, extra, users=users)
     try:
-        scenario(server, processes, metrics, synapse)
+        view = None
+        if synapse is not None:
+            view = AtSynapse(synapse, server)
+        tokens = scenario(server, processes, metrics, view)
+        if backend != "ldap":  # the shared test directory is read-only (LDAP: test_account_state_ldap.py)
+            store = UserStore(backend, server, processes, redis_client, f"{prefix}user:{NAME}")
+            account_state(server, processes, store, tokens, view)
     finally:
         server.stop()
         if synapse is not None:
-            synapse.close()
+            synapse.stop()
         for key in redis_client.scan_iter(f"{prefix}*"):
             redis_client.delete(key)
 
 
-def scenario(server: ServerProcess, processes: int, metrics: bool, synapse: FakeSynapseThread | None) -> None:
+class AtSynapse:
+    """The Synapse of a delegation row, started against this row's server: what it answers and holds."""
+
+    def __init__(self, synapse: Synapse, server: ServerProcess) -> None:
+        self.synapse = synapse
+        synapse.mas_endpoint, synapse.mas_secret = f"http://127.0.0.1:{server.port}/", SYNAPSE_SECRET
+        synapse._write_config()
+        try:
+            synapse.start()
+        except SynapseUnavailable as exc:
+            if ci():
+                pytest.fail(f"{exc} (CI is set: the Synapse tests must run)")
+            pytest.skip(str(exc))
+        admin = server.fetch(f"{API}/login", {**login_body(type="m.id.user", user=ADMIN), "password": "wonderland"})
+        self.admin_token = assert_json(admin)["access_token"]
+
+    def whoami(self, token: str) -> int:
+        return http(f"{self.synapse.url}{API}/account/whoami", token=token)[0]
+
+    def devices(self) -> set[str]:
+        """bob's devices at Synapse (its admin API, with alice's token)."""
+        status, body = http(f"{self.synapse.url}/_synapse/admin/v2/users/@{NAME}:localhost/devices",
+                            token=self.admin_token)
+        assert status == 200, (status, body)
+        return {d["device_id"] for d in body["devices"]}
+
+
+def scenario(server: ServerProcess, processes: int, metrics: bool, synapse: AtSynapse | None) -> list[str]:
     assert_json(server.fetch("/health/ready"))
 
     # Login by name, then by e-mail address (Element's m.id.thirdparty): the same user.
@@ -195,8 +239,11 @@ def scenario(server: ServerProcess, processes: int, metrics: bool, synapse: Fake
 
     every_worker(server, processes, first_dead_others_alive)
     if synapse is not None:
-        # Synapse got each login's device first, and the logout's deleted before the answer.
-        assert synapse.fake.devices[NAME] == {second["device_id"]: None, third["device_id"]: None}
+        # Synapse got each login's device first, and the logout's deleted before the answer:
+        # the logged-out token is refused there from the next request, the others taken.
+        assert synapse.devices() == {second["device_id"], third["device_id"]}
+        assert synapse.whoami(first["access_token"]) == 401
+        assert synapse.whoami(second["access_token"]) == synapse.whoami(third["access_token"]) == 200
 
         def introspected_alike() -> None:
             assert introspect(server, first["access_token"]) == {"active": False}
@@ -210,3 +257,67 @@ def scenario(server: ServerProcess, processes: int, metrics: bool, synapse: Fake
         assert exposition.status == 200 and b"homeserver_logins_total" in exposition.body, exposition
     else:
         assert_error(exposition, 404, "M_UNRECOGNIZED")
+    return [second["access_token"], third["access_token"]]
+
+
+class UserStore:
+    """Change bob's record as an operator would: the users file (then SIGHUP), or his Redis hash."""
+
+    def __init__(self, backend: str, server: ServerProcess, processes: int, client: redis.Redis, key: str) -> None:
+        self.backend, self.server, self.processes, self.client, self.key = backend, server, processes, client, key
+        self.reloads = 0
+
+    def change(self, **fields: Any) -> None:
+        if self.backend == "redis":
+            for name, value in fields.items():
+                if value is None:
+                    self.client.hdel(self.key, name)
+                else:
+                    self.client.hset(self.key, name, "true" if value is True else value)
+            return
+        document = json.loads(self.server.users.read_text())
+        for entry in document["users"]:
+            if entry["name"] == NAME:
+                entry.update(fields)
+                for name in [k for k, v in entry.items() if v is None]:
+                    del entry[name]
+        self.server.users.write_text(json.dumps(document))
+        self.server.proc.send_signal(signal.SIGHUP)
+        self.reloads += 1
+        self.server.wait_log_count("reloaded users file", self.reloads * self.processes)
+
+
+def account_state(
+    server: ServerProcess, processes: int, store: UserStore, tokens: list[str], synapse: AtSynapse | None
+) -> None:
+    """Locked, unlocked, reset: every worker answers from the next request on (and Synapse's
+    introspection with it; the reset deletes the devices at Synapse)."""
+
+    def whoami(token: str) -> Any:
+        return server.fetch(f"{API}/account/whoami", token=token)
+
+    store.change(locked=True)
+
+    def locked() -> None:
+        for token in tokens:
+            assert assert_error(whoami(token), 401, "M_USER_LOCKED")["soft_logout"] is True
+            if synapse is not None:
+                assert introspect(server, token) == {"active": False}
+
+    every_worker(server, processes, locked)
+    if synapse is not None:
+        assert len(synapse.devices()) == 2  # a lock keeps the devices (and their keys)
+    store.change(locked=None)
+    every_worker(server, processes, lambda: [assert_json(whoami(token)) for token in tokens])
+    # A reset ends the sessions opened before it (with end_on_password_change on or off: a
+    # users-file record or Redis hash has no identity but its hash, README "Account state").
+    store.change(password=record(NAME, "a new password")["password"])
+
+    def ended() -> None:
+        for token in tokens:
+            assert assert_error(whoami(token), 401, "M_UNKNOWN_TOKEN")["soft_logout"] is False
+
+    every_worker(server, processes, ended)
+    if synapse is not None:
+        assert synapse.devices() == set()  # the reset deleted them at Synapse...
+        assert all(synapse.whoami(token) == 401 for token in tokens)  # ...so it refuses the tokens at once

@@ -128,3 +128,65 @@ async def test_delegation_resync_is_cleared_only_if_not_marked_again(each_sessio
     assert await each_session_store.clear_resync("alice", 2)
     assert await each_session_store.clear_resync("bob", 5)
     assert await each_session_store.resyncs() == {}
+
+
+# -- credential fingerprints (account state) ------------------------------------------------
+
+
+async def test_fingerprints_are_kept_with_the_session(each_session_store):
+    await each_session_store.open(session("f1", identity_fp="id-a", password_fp="pw-a"), None)
+    await each_session_store.open(session("f0"), None)  # opened before fingerprints were kept
+    got = await each_session_store.get("alice", "f1")
+    assert (got.identity_fp, got.password_fp) == ("id-a", "pw-a")
+    old = await each_session_store.get("alice", "f0")
+    assert (old.identity_fp, old.password_fp) == (None, None)
+
+
+async def test_end_stale_ends_only_sessions_of_other_credentials(each_session_store):
+    store = each_session_store
+    await store.open(session("s1", device="OLD", identity_fp="id-a", password_fp="pw-a"), None)
+    await store.open(session("s2", device="OLD", identity_fp="id-a", password_fp="pw-a"), None)
+    await store.open(session("s3", device="NEW", identity_fp="id-a", password_fp="pw-b"), None)
+    await store.open(session("s4", device="LEGACY"), None)
+    await store.open(session("s5", user="bob", device="OLD", identity_fp="id-x", password_fp="pw-x"), None)
+    # The password changed to pw-b: s1 and s2 (one device) end, s3 (opened since) stays,
+    # the session without fingerprints stays, another user's stays.
+    ended = await store.end_stale("alice", ["id-a"], ["pw-b"])
+    assert sorted(ended) == ["OLD", "OLD"]
+    assert (await store.get("alice", "s1")).ended_ts is not None
+    assert (await store.get("alice", "s2")).ended_ts is not None
+    assert (await store.get("alice", "s3")).ended_ts is None
+    assert (await store.get("alice", "s4")).ended_ts is None
+    assert (await store.get("bob", "s5")).ended_ts is None
+    assert [d.device_id for d in await store.devices("alice")] == ["LEGACY", "NEW"]
+    assert await store.end_stale("alice", ["id-a"], ["pw-b"]) == []  # nothing left to end
+
+
+async def test_end_stale_without_password_fingerprints_compares_identity_only(each_session_store):
+    store = each_session_store
+    await store.open(session("p1", device="D1", identity_fp="id-a", password_fp="pw-a"), None)
+    await store.open(session("p2", device="D2", identity_fp="id-old", password_fp="pw-a"), None)
+    assert await store.end_stale("alice", ["id-a"], None) == ["D2"]
+    assert (await store.get("alice", "p1")).ended_ts is None
+    # Any of several accepted digests (one per signing key) keeps a session.
+    assert await store.end_stale("alice", ["id-new", "id-a"], ["pw-new", "pw-a"]) == []
+    assert await store.end_stale("alice", ["id-new"], None) == ["D1"]
+    assert await store.devices("alice") == []
+
+
+def test_sqlite_migration_keeps_sessions_without_fingerprints(tmp_path):
+    from backends.sessions.sqlite_schema import MIGRATIONS
+
+    path = str(tmp_path / "old.db")
+    conn = sqlite3.connect(path, isolation_level=None)
+    for statement in filter(str.strip, MIGRATIONS[0].split(";")):
+        conn.execute(statement)
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute(
+        "INSERT INTO sessions (token_hash, user, device_id, created_ts, last_seen_ip, last_seen_ts) "
+        "VALUES ('h', 'alice', 'D', 1, '', 1)"
+    )
+    assert migrate(conn) == 1
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == VERSION >= 2
+    assert conn.execute("SELECT identity_fp, password_fp FROM sessions").fetchall() == [(None, None)]
+    conn.close()
