@@ -353,34 +353,27 @@ async def test_password_change_ends_the_page_session(browser, signed_in, users_p
     assert set_cookies(resp)["hs_account"].value == ""  # cleared
 
 
-async def test_lock_ends_the_page_session_and_refuses_sign_in(browser, signed_in, hs, monkeypatch):
-    """A locked account (the user record's `locked` flag) has no page session and cannot sign in."""
-    import dataclasses
-
-    from backends.base import User
-
-    if "locked" in {f.name for f in dataclasses.fields(User)}:
-        locked_user: Any = lambda user: dataclasses.replace(user, locked=True)  # noqa: E731
-    else:  # before the account-state work: the same flag on a subclass
-
-        @dataclasses.dataclass(frozen=True, slots=True)
-        class Locked(User):
-            locked: bool = True
-
-        locked_user = lambda user: Locked(**{f.name: getattr(user, f.name) for f in dataclasses.fields(User)})  # noqa: E731
-    real_get = hs.users.get
-
-    async def get(name: str, **kwargs: Any) -> Any:
-        user = await real_get(name, **kwargs)
-        return locked_user(user) if user is not None and user.name == "alice" else user
-
-    monkeypatch.setattr(hs.users, "get", get)
+async def test_locking_in_the_users_file_ends_the_page_session(browser, signed_in, users_path, backend, fetch):
+    """`run.py lock` (the record's `locked`): the page session ends at once, sign-in is refused
+    with the locked message after the right password only, and the Matrix sessions are kept."""
+    users = [dict(r) for r in DEFAULT_USERS]
+    users[0]["locked"] = True
+    with open(users_path, "w") as fh:
+        json.dump({"users": users}, fh)
+    await backend.reload()
     resp = await browser.get()
     body = assert_page(resp)
     assert "This account is locked" in body and "<h1>Sign in</h1>" in body
     assert set_cookies(resp)["hs_account"].value == ""
-    body = assert_page(await browser.sign_in(), 403)
-    assert "This account is locked" in body
+    assert WRONG in assert_page(await browser.sign_in("alice", "wrong"), 403)  # rule 5 answers first
+    assert "This account is locked" in assert_page(await browser.sign_in(), 403)
+    assert_error(await fetch(WHOAMI, token=signed_in["PHONE"]), 401, "M_USER_LOCKED")
+    users[0].pop("locked")
+    with open(users_path, "w") as fh:
+        json.dump({"users": users}, fh)
+    await backend.reload()
+    assert_json(await fetch(WHOAMI, token=signed_in["PHONE"]))  # unlocked: the same token works again
+    assert (await browser.sign_in()).status == 303
 
 
 async def test_expired_page_session(browser, signed_in, monkeypatch):
