@@ -37,6 +37,7 @@ from homeserver.sessions import DEVICE_DELETED, LOGOUT_ALL
 
 if TYPE_CHECKING:
     from homeserver.context import HomeServer
+    from homeserver.delegation import Delegation
 
 logger = logging.getLogger(__name__)
 
@@ -83,8 +84,8 @@ def cookie_key(server_secret: str) -> str:
 
 
 def is_locked(user: User) -> bool:
-    """The account state's lock flag, where the user record has one."""
-    return bool(getattr(user, "locked", False))
+    """The account state's lock flag (a users-file record, a Redis hash, an LDAP locked_filter)."""
+    return user.locked
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +133,9 @@ class PageSessions:
         """A keyed digest of what a password change or a replaced account changes: the stored
         hash and ident, and where the store has them the entry's own identity (`uid`) and
         what changes with a password the directory checks itself (`password_stamp`)."""
-        extra = [getattr(user, "uid", None), getattr(user, "password_stamp", None)]
-        material = json.dumps([user.name, user.password, user.ident, *extra], separators=(",", ":"))
+        material = json.dumps(
+            [user.name, user.password, user.ident, user.uid, user.password_stamp], separators=(",", ":")
+        )
         return hmac.new(self.key, material.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:32]
 
     def new(self, user: User) -> PageSession:
@@ -266,9 +268,9 @@ async def end_devices(hs: HomeServer, user: User, device_ids: list[str] | None) 
     return await hs.devices.end(user.name, device_ids, DEVICE_DELETED if device_ids is not None else LOGOUT_ALL)
 
 
-def delegation_of(hs: HomeServer) -> Any:
+def delegation_of(hs: HomeServer) -> Delegation | None:
     """The Synapse delegation, or None when `[delegation] enabled` is false."""
-    return getattr(hs, "delegation", None)
+    return hs.delegation
 
 
 async def allow_cross_signing_reset(hs: HomeServer, user: User) -> None:
