@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from backends.base import User
+from homeserver import audit
 from homeserver.delegation.synapse import SynapseNotFound
 from homeserver.devices import device_body, display_name_of
 from homeserver.errors import MatrixError
-from homeserver.login import LoginRefused
+from homeserver.login import LoginRefused, login_outcome
 from homeserver.login_request import parse_login
 from homeserver.names import user_id
 from homeserver.profile import profile_body
@@ -59,6 +60,9 @@ ALIASES = {
     "org.matrix.device_view": SESSION_VIEW,
     "org.matrix.device_delete": SESSION_END,
 }
+# The audit trail's reason for the page's sign-ins and password checks, and its own event.
+AUDIT_REASON = "account page"
+CROSS_SIGNING_RESET_ALLOWED = "cross_signing_reset_allowed"
 # Synapse opens the window for replacing the master key without UIA for this long.
 RESET_WINDOW_MINUTES = 10
 
@@ -172,6 +176,7 @@ class PageSessions:
         """Refuse this session's cookie from now on, everywhere the session store reaches."""
         store = self.hs.sessions.store
         await store.rate_limit(self._bucket(session), self.lifetime, self.lifetime)
+        audit.audit(audit.LOGOUT, user=session.user, reason=AUDIT_REASON)
 
     async def _ended(self, session: PageSession) -> bool:
         store = self.hs.sessions.store
@@ -213,7 +218,10 @@ async def authenticate(hs: HomeServer, name: str, password: str, client_ip: str)
         request = parse_login({"identifier": identifier, "password": password}, hs.server_name)
         user = await hs.login.authenticate(request, client_ip)
     except MatrixError as exc:
+        # In the audit trail as a login is, marked as the page's (a guess here counts as one there).
+        audit.audit(audit.LOGIN, user=name, client=client_ip, outcome=login_outcome(exc), reason=AUDIT_REASON)
         raise _page_error(exc) from None
+    audit.audit(audit.LOGIN, user=user.name, client=client_ip, outcome=login_outcome(None), reason=AUDIT_REASON)
     if is_locked(user):
         raise PageError(403, ACCOUNT_LOCKED)
     return user
@@ -280,6 +288,7 @@ async def allow_cross_signing_reset(hs: HomeServer, user: User) -> None:
         raise PageError(404, "This server has no Synapse behind it: there are no cross-signing keys to reset here.")
     try:
         await delegation.allow_cross_signing_reset(user.name)
+        audit.audit(CROSS_SIGNING_RESET_ALLOWED, user=user.name, reason=AUDIT_REASON)
     except SynapseNotFound:
         # Never provisioned: no Matrix client ever signed in, so there are no keys to reset.
         raise PageError(404, NOT_AT_SYNAPSE) from None

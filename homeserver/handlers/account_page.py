@@ -17,7 +17,7 @@ from tornado.web import HTTPError, RequestHandler
 
 from backends.base import User
 from homeserver import account_page as page
-from homeserver import request_id
+from homeserver import audit, request_id
 from homeserver.account_page import PageError, PageSession, PageSessions
 from homeserver.context import HomeServer
 from homeserver.errors import MatrixError, StoreUnavailable
@@ -147,6 +147,7 @@ class PageHandler(RequestHandler):
         super().clear_cookie(name, path=page.PATH, httponly=True, samesite="Strict", secure=self.secure)
 
     async def prepare(self) -> None:
+        audit.client_address.set(self.client_ip)  # every audit line of the request names it
         if self.request.method == "POST":
             self.check_xsrf_cookie()
         raw = self.get_signed_cookie(page.COOKIE, max_age_days=page.LIFETIME / 86400)

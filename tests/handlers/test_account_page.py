@@ -182,6 +182,23 @@ async def test_no_password_in_any_log_line(browser, caplog):
         assert "wonderland" not in line and "a-wrong-secret" not in line, line
 
 
+async def test_audit_lines(browser, caplog, fetch, hs):
+    """The page's sign-ins (both outcomes), its sign-out and a reset approval are in the audit
+    trail as logins are, marked as the page's; never with the password."""
+    caplog.set_level(logging.INFO, logger="homeserver.audit")
+    await browser.sign_in("alice", "not-it")
+    await browser.sign_in("nobody", "not-it")
+    await browser.sign_in()
+    await browser.post({"op": "sign_out"})
+    lines = [r.getMessage() for r in caplog.records if r.name == "homeserver.audit"]
+    assert lines == [
+        'audit login user="alice" outcome="bad_password" client="127.0.0.1" reason="account page"',
+        'audit login user="nobody" outcome="unknown_user" client="127.0.0.1" reason="account page"',
+        'audit login user="alice" outcome="success" client="127.0.0.1" reason="account page"',
+        'audit logout user="alice" client="127.0.0.1" reason="account page"',
+    ]
+
+
 # -- every ?action= ------------------------------------------------------------------------
 
 
@@ -405,7 +422,8 @@ def fake_synapse(hs, io_loop):
     server.stop()
 
 
-async def test_cross_signing_reset_approved(browser, signed_in, fake_synapse):
+async def test_cross_signing_reset_approved(browser, signed_in, fake_synapse, caplog):
+    caplog.set_level(logging.INFO, logger="homeserver.audit")
     body = assert_page(await browser.get({"action": "org.matrix.cross_signing_reset"}))
     assert "10 minutes" in body and 'value="reset"' in body
     body = assert_page(await browser.post({"op": "reset", "password": "wrong"}), 403)
@@ -413,6 +431,7 @@ async def test_cross_signing_reset_approved(browser, signed_in, fake_synapse):
     assert fake_synapse.received == []
     resp = await browser.post({"op": "reset", "password": "wonderland"})
     assert fake_synapse.received == [("allow_cross_signing_reset", {"localpart": "alice"})]
+    assert 'audit cross_signing_reset_allowed user="alice" client="127.0.0.1" reason="account page"' in caplog.messages
     body = assert_page(await browser.follow(resp))
     assert "For the next 10 minutes your Matrix client may reset" in body
 
