@@ -13,21 +13,20 @@ from __future__ import annotations
 import base64
 import json
 import os
-import shutil
 import subprocess
 import urllib.parse
 from typing import Any
 
 import pytest
 
-from tests.browser import chrome, missing, shoot
+from tests.browser import chrome, shoot
 from tests.delegation_stack import SERVER_NAME, DelegationStack, password_of
+from tests.js_sdk import install_js_sdk
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Users of this file only (the stack is shared by the whole session).
 RESETTER, LOSER = "walter", "trent"
 # The current major release of matrix-js-sdk, as tests/test_clients.py pins it.
-JS_SDK_MAJOR = 43
 
 UPLOAD = r"""
 import * as sdk from "matrix-js-sdk";
@@ -46,16 +45,7 @@ try {
 @pytest.fixture(scope="module")
 def js_upload() -> tuple[str, str]:
     """node, and a script uploading a master key with matrix-js-sdk (installed into .venv)."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not node or not npm:
-        missing("node and npm are needed for the matrix-js-sdk client")
-    cache = os.path.join(ROOT, ".venv", "js", f"matrix-js-sdk-{JS_SDK_MAJOR}")
-    if not os.path.isdir(os.path.join(cache, "node_modules", "matrix-js-sdk")):
-        os.makedirs(cache, exist_ok=True)
-        result = subprocess.run([str(npm), "install", "--silent", "--prefix", cache, f"matrix-js-sdk@{JS_SDK_MAJOR}"],
-                                capture_output=True, text=True, timeout=300)
-        if result.returncode != 0:
-            missing(f"npm install matrix-js-sdk failed: {result.stderr[-300:]}")
+    node, cache = install_js_sdk()
     script = os.path.join(cache, "upload_master_key.mjs")
     with open(script, "w") as fh:
         fh.write(UPLOAD)

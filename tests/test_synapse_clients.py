@@ -9,7 +9,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 from typing import Any
 
@@ -30,8 +29,7 @@ from nio import (
 )
 
 from tests.delegation_stack import DelegationStack, password_of
-from tests.helpers import ci
-from tests.test_clients import JS_SDK_MAJOR
+from tests.js_sdk import install_js_sdk
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEVICE_ID = re.compile(r"[A-Z]{10}")
@@ -40,20 +38,7 @@ DEVICE_ID = re.compile(r"[A-Z]{10}")
 @pytest.fixture(scope="session")
 def js_chat() -> tuple[str, str]:
     """node and tests/js/chat.mjs copied beside matrix-js-sdk (cached in .venv, as tests/test_clients.py)."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not node or not npm:
-        if ci():
-            pytest.fail("node and npm are needed for the matrix-js-sdk tests")
-        pytest.skip("node and npm are not installed")
-    cache = os.path.join(ROOT, ".venv", "js", f"matrix-js-sdk-{JS_SDK_MAJOR}")
-    if not os.path.isdir(os.path.join(cache, "node_modules", "matrix-js-sdk")):
-        os.makedirs(cache, exist_ok=True)
-        result = subprocess.run([npm, "install", "--silent", "--prefix", cache, f"matrix-js-sdk@{JS_SDK_MAJOR}"],
-                                capture_output=True, text=True, timeout=300)
-        if result.returncode != 0:
-            if ci():
-                pytest.fail(f"npm install matrix-js-sdk failed: {result.stderr}")
-            pytest.skip(f"npm install matrix-js-sdk failed: {result.stderr[-300:]}")
+    node, cache = install_js_sdk()
     with open(os.path.join(ROOT, "tests", "js", "chat.mjs"), "rb") as fh:
         source = fh.read()
     # Beside node_modules, so that "matrix-js-sdk" resolves; named by its content, as other
