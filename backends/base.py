@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 import os
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -15,6 +15,13 @@ class User:
 
     A backend that checks passwords itself (LDAP bind mode) leaves `password` as None
     and answers `verify_password`.
+
+    `locked`: the account is locked or disabled in the store (reversible; its sessions
+    stay). `uid` and `password_stamp` let the service tell a replaced account or a changed
+    password from the same one (the fingerprint of a session): `uid` is the entry's own
+    identity where the store has one (LDAP entryUUID / objectGUID), `password_stamp` what
+    changes with the password where the store checks passwords itself (LDAP bind mode:
+    pwdChangedTime / pwdLastSet). Both None where the store has no such thing.
     """
 
     name: str
@@ -23,6 +30,22 @@ class User:
     display_name: str | None = None
     avatar_url: str | None = None
     email: str | None = None  # an address the user may log in with (m.id.thirdparty)
+    locked: bool = False
+    uid: str | None = None
+    password_stamp: str | None = None
+
+
+# The fields a users-file record or a Redis user hash holds (add-user writes them); `uid`
+# and `password_stamp` come from directories only.
+STORED_FIELDS = ("name", "password", "ident", "display_name", "avatar_url", "email", "locked")
+
+
+def stored_fields(user: User) -> dict[str, object]:
+    """The record fields of `user` as add-user writes them; None leaves a field out (an
+    unlocked account carries no `locked`)."""
+    fields: dict[str, object] = {name: getattr(user, name) for name in STORED_FIELDS}
+    fields["locked"] = True if user.locked else None
+    return fields
 
 
 def resolve_path(path: str, config_dir: str) -> str:
@@ -44,6 +67,11 @@ class UserBackend(abc.ABC):
 
     #: the name under which the backend is registered (`[backend] type`)
     name: ClassVar[str] = ""
+    #: Called, where the backend holds a copy and reads it again (the users file), with the
+    #: accounts whose password, ident or lock changed ({name: the fields changed}), so the
+    #: service can act at once (end the sessions of a reset account) instead of at the
+    #: account's next request.
+    on_change: Callable[[dict[str, list[str]]], None] | None = None
 
     @classmethod
     @abc.abstractmethod
@@ -84,6 +112,11 @@ class UserBackend(abc.ABC):
     async def reload(self) -> bool:
         """Read the store again where the backend holds a copy (SIGHUP); True if it did."""
         return False
+
+    async def set_locked(self, name: str, locked: bool) -> bool:
+        """Lock or unlock a user (the CLI's lock / unlock; never called while serving); False
+        when there is no such user."""
+        raise NotImplementedError(f"the {self.name} backend cannot lock users")
 
     async def add_user(self, user: User, *, overwrite: bool = False, keep: Collection[str] = ()) -> bool:
         """Provision a user (the CLI's add-user; never called while serving); True if one was replaced.

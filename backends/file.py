@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import fcntl
 import grp
 import json
@@ -17,7 +16,16 @@ from typing import Any
 
 from tornado.ioloop import PeriodicCallback
 
-from backends.base import ConfigError, User, UserBackend, UserExists, UserIncomplete, canonical_email, resolve_path
+from backends.base import (
+    ConfigError,
+    User,
+    UserBackend,
+    UserExists,
+    UserIncomplete,
+    canonical_email,
+    resolve_path,
+    stored_fields,
+)
 from backends.hashes import operator_mistake
 
 logger = logging.getLogger(__name__)
@@ -51,6 +59,8 @@ def parse_users(document: Any, source: str, *, check_passwords: bool = True) -> 
         for key in OPTIONAL:
             if record.get(key) is not None and not isinstance(record[key], str):
                 raise ConfigError(f"{where}: field {key!r} must be a string")
+        if record.get("locked") is not None and not isinstance(record["locked"], bool):
+            raise ConfigError(f"{where}: field 'locked' must be true or false")
         if record["name"] in users:
             raise ConfigError(f"{where}: duplicate name")
         problem = operator_mistake(record["password"]) if check_passwords else None
@@ -63,6 +73,7 @@ def parse_users(document: Any, source: str, *, check_passwords: bool = True) -> 
             display_name=record.get("display_name"),
             avatar_url=record.get("avatar_url"),
             email=record.get("email"),
+            locked=record.get("locked") is True,
         )
     return users
 
@@ -151,7 +162,7 @@ def _locked(path: str) -> Iterator[None]:
 
 def _user_fields(user: User) -> dict[str, Any]:
     """The record's fields as add-user sets them (None: the field is left out)."""
-    return {f.name: getattr(user, f.name) for f in dataclasses.fields(User)}
+    return stored_fields(user)
 
 
 def _user_record(user: User) -> dict[str, Any]:
@@ -253,9 +264,19 @@ class FileBackend(UserBackend):
     def _install(self, signature: Signature | None, users: dict[str, User]) -> None:
         # Both assignments happen on the event loop with no await between them, so a
         # request sees the old or the new users, never a mix.
+        before = self.users
         self.users, self.folded, self.emails = users, fold_index(users), email_index(users)
         self.signature = signature
         self._bad_signature = _UNSET
+        if before and self.on_change is not None:
+            changed = {}
+            for name, user in users.items():
+                old = before.get(name)
+                fields = [f for f in ("password", "ident", "locked") if old and getattr(old, f) != getattr(user, f)]
+                if fields:
+                    changed[name] = fields
+            if changed:
+                self.on_change(changed)
 
     async def start(self) -> None:
         """Load the file (a start-up error if it is bad), then poll it if configured."""
@@ -317,21 +338,50 @@ class FileBackend(UserBackend):
     async def get_users_by_email(self, address: str) -> list[User]:
         return [self.users[name] for name in self.emails.get(address, [])]
 
+    async def set_locked(self, name: str, locked: bool) -> bool:
+        """Set or clear the record's `locked`; the server sees it at its next reload (polling or SIGHUP)."""
+        path = os.path.realpath(self.path)
+        with _locked(path):
+            document, st = self._read_for_update(path)
+            record = next((r for r in document["users"] if r["name"] == name), None)
+            if record is None:
+                return False
+            if locked:
+                record["locked"] = True
+            else:
+                record.pop("locked", None)
+            self._write_document(path, document, st)
+        return True
+
+    @staticmethod
+    def _read_for_update(path: str) -> tuple[dict[str, Any], os.stat_result | None]:
+        """The users file as JSON and its stat (None when missing), checked as a whole."""
+        try:
+            with open(path, "rb") as fh:
+                document = json.load(fh)
+                st: os.stat_result | None = os.fstat(fh.fileno())
+        except FileNotFoundError:
+            document, st = {"users": []}, None
+        except ValueError as exc:
+            raise ConfigError(f"users file {path}: malformed JSON: {exc}") from None
+        # Refuse to build on a broken file; a bad password elsewhere is no reason to
+        # refuse, and replacing that very record is how it gets fixed.
+        parse_users(document, path, check_passwords=False)
+        return document, st
+
+    @staticmethod
+    def _write_document(path: str, document: dict[str, Any], st: os.stat_result | None) -> None:
+        data = json.dumps(document, indent=2, ensure_ascii=False).encode("utf-8") + b"\n"
+        if st is None:
+            write_atomically(path, data, 0o600)
+        else:
+            write_atomically(path, data, st.st_mode & 0o777, owner=(st.st_uid, st.st_gid))
+
     async def add_user(self, user: User, *, overwrite: bool = False, keep: Collection[str] = ()) -> bool:
         # Write where a symlinked users file really lives, not over the link.
         path = os.path.realpath(self.path)
         with _locked(path):
-            try:
-                with open(path, "rb") as fh:
-                    document = json.load(fh)
-                    st: os.stat_result | None = os.fstat(fh.fileno())
-            except FileNotFoundError:
-                document, st = {"users": []}, None
-            except ValueError as exc:
-                raise ConfigError(f"users file {path}: malformed JSON: {exc}") from None
-            # Refuse to build on a broken file; a bad password elsewhere is no reason to
-            # refuse, and replacing that very record is how it gets fixed.
-            parse_users(document, path, check_passwords=False)
+            document, st = self._read_for_update(path)
             records = document["users"]
             index = next((i for i, r in enumerate(records) if r["name"] == user.name), None)
             if index is not None and not overwrite:
@@ -343,9 +393,5 @@ class FileBackend(UserBackend):
                 records.append(_user_record(user))
             else:
                 records[index] = _replace_record(records[index], user, keep)
-            data = json.dumps(document, indent=2, ensure_ascii=False).encode("utf-8") + b"\n"
-            if st is None:
-                write_atomically(path, data, 0o600)
-            else:
-                write_atomically(path, data, st.st_mode & 0o777, owner=(st.st_uid, st.st_gid))
+            self._write_document(path, document, st)
         return index is not None

@@ -24,7 +24,7 @@ from backends.ldap_pool import (
     LdapPool,
     describe,
 )
-from backends.ldap_settings import LdapSettings, parse_settings
+from backends.ldap_settings import IDENTITY_ATTRIBUTES, PASSWORD_STAMP_ATTRIBUTES, LdapSettings, parse_settings
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,13 @@ class LdapBackend(UserBackend):
         wanted = attrs["name"] + attrs["display_name"] + attrs["ident"] + attrs["avatar_url"] + attrs["email"]
         if settings.mode == "hash":
             wanted += attrs["password"]
+        else:
+            wanted += PASSWORD_STAMP_ATTRIBUTES
+        # The account state comes with the same search: the entry's identity and what the
+        # lock filter reads (operational attributes are only sent when asked for by name).
+        wanted += IDENTITY_ATTRIBUTES
+        if settings.locked is not None:
+            wanted += settings.locked.attributes
         self._wanted = list(dict.fromkeys(wanted))
 
     @classmethod
@@ -54,8 +61,9 @@ class LdapBackend(UserBackend):
     async def start(self) -> None:
         s = self.settings
         logger.info(
-            "LDAP backend: %s, base %s, mode %s%s%s", ", ".join(s.uris), " then ".join(map(repr, s.bases)), s.mode,
-            ", StartTLS" if s.start_tls else "", ", Active Directory names" if s.active_directory else "",
+            "LDAP backend: %s, base %s, mode %s%s%s, locked: %s", ", ".join(s.uris), " then ".join(map(repr, s.bases)),
+            s.mode, ", StartTLS" if s.start_tls else "", ", Active Directory names" if s.active_directory else "",
+            s.locked.text if s.locked is not None else "-",
         )
         try:
             await self.check_health()

@@ -11,7 +11,7 @@ from typing import Any
 from ldap3.utils.conv import escape_filter_chars
 
 from backends.base import StoreDataError, User
-from backends.ldap_settings import LdapSettings
+from backends.ldap_settings import IDENTITY_ATTRIBUTES, PASSWORD_STAMP_ATTRIBUTES, LdapSettings, ident_text
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +131,7 @@ def entry_user(
     ident = first_text(attrs, roles["ident"], dn)
     if ident is None:
         raise StoreDataError(f"LDAP entry {dn}: no value for ident ({', '.join(roles['ident'])})")
+    ident = ident_text(settings.ident_template, ident)
     avatar = first_text(attrs, roles["avatar_url"], dn)
     if avatar is not None:
         avatar = avatar.strip().split(" ", 1)[0]  # labeledURI is "URI [label]"
@@ -144,6 +145,10 @@ def entry_user(
                 break
     if settings.lowercase_user_ids:
         name = name.lower()
+    # The account state, from the same entry: locked, its own identity, its password's stamp.
+    locked = settings.locked.matches(attrs) if settings.locked is not None else False
+    uid = first_text(attrs, IDENTITY_ATTRIBUTES, dn) or f"dn:{dn.lower()}"
+    stamp = first_text(attrs, PASSWORD_STAMP_ATTRIBUTES, dn) if settings.mode == "bind" else None
     return LdapUser(
         name=name,
         ident=ident,
@@ -151,5 +156,8 @@ def entry_user(
         display_name=first_text(attrs, roles["display_name"], dn),
         avatar_url=avatar or None,
         email=first_text(attrs, roles["email"], dn),
+        locked=locked,
+        uid=uid,
+        password_stamp=stamp,
         dn=dn,
     )

@@ -6,6 +6,7 @@ import logging
 import os
 import re
 import stat
+import string
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any
@@ -14,10 +15,18 @@ from ldap3.core.exceptions import LDAPInvalidFilterError
 from ldap3.operation.search import parse_filter
 
 from backends.base import ConfigError, resolve_path
+from backends.ldap_locks import LockFilter, default_filter
 
 logger = logging.getLogger(__name__)
 
 ROLES = ("name", "display_name", "ident", "avatar_url", "password", "email")
+# The entry's own identity, whichever the directory has (OpenLDAP and 389-DS 2.x entryUUID,
+# Active Directory objectGUID, older 389-DS nsUniqueId): a new entry under an old name is
+# another account. Without any, the DN stands in.
+IDENTITY_ATTRIBUTES = ["entryUUID", "objectGUID", "nsUniqueId"]
+# What changes with the password where the directory checks it (bind mode): OpenLDAP
+# ppolicy's pwdChangedTime, Active Directory's pwdLastSet.
+PASSWORD_STAMP_ATTRIBUTES = ["pwdChangedTime", "pwdLastSet"]
 ATTRIBUTE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]*|[0-9]+(\.[0-9]+)+")
 
 
@@ -39,6 +48,10 @@ class LdapSettings:
     attributes: dict[str, list[str]]
     active_directory: bool = False
     lowercase_user_ids: bool = False
+    locked: LockFilter | None = None  # `locked_filter`, or the directory's default
+    # The ident as the profile shows it: "{ident}" stands for the ident attribute's value
+    # (" ({ident})" with ident = "uid" gives "Alice Liddell (alice)").
+    ident_template: str = "{ident}"
 
 
 def _attribute_list(role: str, value: Any) -> list[str]:
@@ -92,6 +105,25 @@ def _read_password_file(path: str) -> str:
         logger.warning("backend.ldap.bind_password_file %s can be accessed by group or others; chmod 600 it", path)
     # Only the line ending an editor adds is dropped: a password may end in spaces.
     return text.removesuffix("\n").removesuffix("\r")
+
+
+def _check_ident_template(template: str) -> str:
+    """`{ident}` exactly once and no other field; `{{` and `}}` stand for literal braces."""
+    try:
+        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(template) if name is not None]
+    except ValueError:
+        fields = []
+    if fields != [("ident", "", None)]:
+        raise ConfigError(
+            f"backend.ldap.ident_template: {template!r} must contain {{ident}} exactly once and no other "
+            "{...} (write {{ and }} for literal braces)"
+        )
+    return template
+
+
+def ident_text(template: str, ident: str) -> str:
+    """Fill the ident template (checked by `_check_ident_template`) with the ident attribute's value."""
+    return template.format(ident=ident)
 
 
 def _as_list(value: str | list[str]) -> list[str]:
@@ -150,4 +182,9 @@ def parse_settings(options: dict[str, Any], config_dir: str) -> LdapSettings:
         attributes=attributes,
         active_directory=options["active_directory"],
         lowercase_user_ids=options["lowercase_user_ids"],
+        locked=LockFilter(
+            options.get("locked_filter")
+            or default_filter(options["active_directory"], options.get("locked_out_is_locked", False))
+        ),
+        ident_template=_check_ident_template(options.get("ident_template", "{ident}")),
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Collection
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from backends.base import StoreDataError, User, UserBackend, UserExists, UserIncomplete, canonical_email
+from backends.base import StoreDataError, User, UserBackend, UserExists, UserIncomplete, canonical_email, stored_fields
 from backends.redis_connect import RedisConnection, text
 
 logger = logging.getLogger(__name__)
@@ -30,6 +29,28 @@ if #ARGV > 3 + n then redis.call('HSET', KEYS[1], unpack(ARGV, 4 + n)) end
 if exists then return 2 end
 return 1
 """
+
+# Set or clear `locked` of an existing user hash in one step. KEYS[1] the hash; ARGV[1]
+# "1" to lock. Returns 0 when there is no such user.
+SET_LOCKED_SCRIPT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if ARGV[1] == '1' then redis.call('HSET', KEYS[1], 'locked', 'true') else redis.call('HDEL', KEYS[1], 'locked') end
+return 1
+"""
+
+# The `locked` field's values: "true" locks (what `run.py lock` writes); the usual spellings
+# of yes and no are read too. Anything else is a malformed record (an operator error).
+LOCKED_VALUES = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False,
+                 "off": False, "": False}
+
+
+def locked_value(key: str, value: str | None) -> bool:
+    if value is None:
+        return False
+    locked = LOCKED_VALUES.get(value.strip().lower())
+    if locked is None:
+        raise StoreDataError(f"Redis key {key!r}: field 'locked' must be \"true\" or \"false\", not {value!r}")
+    return locked
 
 
 class RedisBackend(UserBackend):
@@ -103,6 +124,7 @@ class RedisBackend(UserBackend):
             display_name=record.get("display_name"),
             avatar_url=record.get("avatar_url"),
             email=record.get("email"),
+            locked=locked_value(key, record.get("locked")),
         )
 
     async def get_users_by_email(self, address: str) -> list[User]:
@@ -120,15 +142,24 @@ class RedisBackend(UserBackend):
                 found.append(user)
         return found
 
+    async def set_locked(self, name: str, locked: bool) -> bool:
+        key = self.key(name)
+        self.connection.connect()  # the CLI runs without start()
+        with self.connection.errors(key):
+            done = await self._redis().eval(SET_LOCKED_SCRIPT, 1, key, "1" if locked else "0")
+        return bool(done)
+
     async def add_user(self, user: User, *, overwrite: bool = False, keep: Collection[str] = ()) -> bool:
         key = self.key(user.name)
         self.connection.connect()  # the CLI provisions without start()
         # The hash holds every field of User but the name (it is in the key).
-        fields = {f.name: getattr(user, f.name) for f in dataclasses.fields(User) if f.name not in ("name", *keep)}
+        fields = {name: value for name, value in stored_fields(user).items() if name not in ("name", *keep)}
+        if fields.get("locked") is not None:
+            fields["locked"] = "true"
         if "password" in fields:
             fields["password"] = fields["password"] or ""
         removed = [name for name, value in fields.items() if value is None]
-        pairs = [part for name, value in fields.items() if value is not None for part in (name, value)]
+        pairs = [part for name, value in fields.items() if value is not None for part in (name, str(value))]
         must_exist = "1" if {"password", "ident"} & set(keep) else "0"
         args = ["1" if overwrite else "0", must_exist, str(len(removed)), *removed, *pairs]
         client = self._redis()

@@ -4,7 +4,8 @@
 Phases, each a function below: throughput (against the bare-Tornado floor, interleaved
 rounds), logins (against the bcrypt ceiling), /versions under a login flood, memory, a big
 users file, sessions (logout throughput, the revocation check's cost), and optionally
-Redis, shared rate limits, N processes and another homeserver side by side.
+Redis, shared rate limits, N processes, another homeserver side by side, and the delegation
+(a real Synapse asking this server about tokens; bench/delegation.py).
 
 A/B mode (`--ab REV_A [REV_B]`, or `--ab REV_A --worktree PATH`): only the throughput
 endpoints, on two versions of the server at once (bench/ab.py). Each side is a commit
@@ -55,6 +56,7 @@ from common import (
     rss_mb,
     wait_ready,
 )
+from delegation import bench_delegation
 from phases import bench_logout, bench_redis, bench_store_cost, bench_target
 from servers import (
     bcrypt_niceness,
@@ -240,6 +242,12 @@ def bench(args: argparse.Namespace, procs: Processes, tmp: Path) -> dict[str, An
     users = tmp / "users.json"
     write_users(users, hashed, args.users)
 
+    if args.delegation_only:
+        targets = bench_delegation(args, procs, tmp, users, hashed, runs, phase_logins)
+        results["targets"] = [asdict(t) for t in targets]
+        results["load_average_at_end"] = load_average()
+        return results | {"_targets": targets}
+
     bare, bare_base = start_floor(procs, tmp)
     if args.ab:
         endpoints = tuple(e for e in THROUGHPUT if not args.only or e[0] in args.only)
@@ -276,6 +284,8 @@ def bench(args: argparse.Namespace, procs: Processes, tmp: Path) -> dict[str, An
         targets += bench_redis(args, procs, tmp, hashed, bare.pid, bare_base, runs)
     if args.processes:
         phase_processes(args, procs, tmp, users, hashed, runs)
+    if args.delegation:
+        targets += bench_delegation(args, procs, tmp, users, hashed, runs, phase_logins)
     results["floor_rps"] = runs.pop("floor_rps")
     results["targets"] = [asdict(t) for t in targets]
     results["load_average_at_end"] = load_average()
@@ -306,6 +316,11 @@ def parse_args() -> argparse.Namespace:
                    help="also measure logins with the (shared) rate limits on, bursts too high to refuse")
     p.add_argument("--processes", type=int, nargs="*", default=[], metavar="N",
                    help="also measure login and profile at [server] processes = N for each N (e.g. 1 2)")
+    p.add_argument("--delegation", action="store_true",
+                   help="also measure the delegation: Synapse's whoami with our tokens against its own, our "
+                        "introspection against our whoami, logins that tell Synapse (two Synapse from PyPI, "
+                        "tests/synapse.py installs them in a cached virtualenv)")
+    p.add_argument("--delegation-only", action="store_true", help="only the delegation phase")
     p.add_argument("--target-url", help="also drive another homeserver on this machine (e.g. Synapse) side by side")
     p.add_argument("--target-user", help="a user ID whose profile exists on --target-url")
     p.add_argument("--target-token", help="an access token valid on --target-url, for capabilities")

@@ -23,6 +23,10 @@ LIMITS: dict[str, tuple[str, float, str, bool]] = {
     "redis_capabilities": ("capabilities (session check, Redis) / floor", 0.5, "x", True),
     "redis_whoami": ("whoami (session check, Redis) / floor", 0.5, "x", True),
     "redis_errors": ("redis runs: errors", 0, "count", False),
+    "delegation_whoami": ("Synapse whoami: our tokens / its own tokens", 0.9, "x", True),
+    "delegation_introspect": ("our introspection / our whoami", 0.7, "x", True),
+    "delegation_errors": ("delegation runs: errors", 0, "count", False),
+    "login_delegation": ("login with delegation / bcrypt ceiling", 0.85, "x", True),
     # --ab: B may cost at most this much more server CPU per request than A on any endpoint.
     "ab_cpu": ("A/B: B/A server CPU per request", 1.1, "x", False),
 }

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import tornado.web
 
+from homeserver.account_page import cookie_key
 from homeserver.context import HomeServer
-from homeserver.handlers import account, devices, discovery, health, login, profile
+from homeserver.handlers import account, account_page, devices, discovery, health, login, oauth, profile
 from homeserver.handlers.base import NotFoundHandler
 from homeserver.logs import log_request
 
-ROUTES = discovery.ROUTES + login.ROUTES + profile.ROUTES + account.ROUTES + devices.ROUTES + health.ROUTES
+ROUTES = (
+    discovery.ROUTES + login.ROUTES + profile.ROUTES + account.ROUTES + devices.ROUTES + health.ROUTES
+    + oauth.ROUTES + account_page.ROUTES
+)
 
 
 def make_app(hs: HomeServer) -> tornado.web.Application:
@@ -25,7 +29,12 @@ def make_app(hs: HomeServer) -> tornado.web.Application:
             metrics.observe_request(handler)
 
     return tornado.web.Application(
-        routes, default_handler_class=NotFoundHandler, log_function=log_function, homeserver=hs
+        routes,
+        default_handler_class=NotFoundHandler,
+        log_function=log_function,
+        homeserver=hs,
+        # Signs the account page's cookie only (homeserver.account_page); the API uses no cookie.
+        cookie_secret=cookie_key(hs.tokens.secret),
     )
 
 

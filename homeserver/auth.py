@@ -2,53 +2,97 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from backends.base import User
 from backends.sessions.base import Session
-from homeserver.errors import unknown_token
+from homeserver import audit
+from homeserver.credentials import Credentials
+from homeserver.errors import unknown_token, user_locked
 from homeserver.names import user_id
+from homeserver.requester import Requester
 from homeserver.sessions import Sessions
-from homeserver.tokens import TokenError, TokenIssuer
+from homeserver.tokens import TokenError, TokenExpired, TokenIssuer
 from homeserver.users import Users
 
+if TYPE_CHECKING:
+    from homeserver.devices import Devices
 
-@dataclass(frozen=True, slots=True)
-class Requester:
-    """The authenticated user of a request: the stored user, and the session of the token."""
-
-    user: User
-    user_id: str
-    device_id: str
-    session: Session
+# Users seen locked by this process, remembered so a lock and an unlock are audited once
+# each; past this many the memory starts afresh (at worst a lock is audited again).
+MAX_LOCKED_SEEN = 10_000
 
 
 class Auth:
-    """Check a token: signature and expiry, an open session, and the user still there."""
+    """Check a token: signature and expiry, an open session, the user still there, still the
+    account and the credential the session was opened with, and not locked."""
 
-    def __init__(self, tokens: TokenIssuer, sessions: Sessions, users: Users, server_name: str) -> None:
+    def __init__(
+        self,
+        tokens: TokenIssuer,
+        sessions: Sessions,
+        users: Users,
+        server_name: str,
+        credentials: Credentials | None = None,
+        devices: Devices | None = None,
+    ) -> None:
         self.tokens = tokens
         self.sessions = sessions
         self.users = users
         self.server_name = server_name
+        self.credentials = credentials
+        # Where stale sessions end (homeserver.devices): every end of a session goes there.
+        self.devices = devices
+        self._locked_seen: set[str] = set()
 
-    async def requester(self, token: str, client_ip: str) -> Requester:
-        """Return the token's requester; 401 M_UNKNOWN_TOKEN for any token that is not good.
+    async def requester(self, token: str, client_ip: str | None, *, allow_locked: bool = False) -> Requester:
+        """Return the token's requester; 401 M_UNKNOWN_TOKEN for any token that is not good,
+        401 M_USER_LOCKED for a locked account's (unless `allow_locked`: logout).
+
+        `client_ip` None (a token Synapse introspects: the client's address is not known)
+        keeps the session's last-seen address.
 
         A store that cannot answer raises StoreUnavailable (503): never a 401, which would
         make clients throw their token away.
         """
         try:
             claims = self.tokens.verify(token)
+        except TokenExpired:
+            # As Synapse: the client logs in again on the same device and keeps its keys.
+            raise unknown_token(soft_logout=True) from None
         except TokenError:
             raise unknown_token() from None
-        # A user gone from the user store is gone for good: soft_logout false.
+        # A user gone from the user store is gone for good: soft_logout false. The lookup
+        # brings the lock and what the credential fingerprints are made of: no other trip.
         user = await self.users.get(claims.name)
         if user is None:
             raise unknown_token()
         # Every request asks the session store: no cache, so a logout is seen by every
         # process and server from the next request on.
         session = await self.sessions.check(token, claims.name, client_ip)
+        if self.credentials is not None:
+            why = self.credentials.stale(session, user)
+            if why is not None:
+                # Another account under the name, or a new password: the session is over,
+                # in the store too, so it stays over whatever the user store does next.
+                if self.devices is not None:
+                    await self.devices.end_stale(user, why)
+                raise unknown_token()
+        if user.locked:
+            self._saw_lock(user.name, session)
+            if not allow_locked:
+                raise user_locked()
+        elif self._locked_seen and user.name in self._locked_seen:
+            self._locked_seen.discard(user.name)
+            audit.audit(audit.UNLOCK, user=user.name, device=session.device_id, reason="seen by the auth step")
         return Requester(
             user=user, user_id=user_id(user.name, self.server_name), device_id=claims.device_id, session=session
         )
+
+    def _saw_lock(self, name: str, session: Session) -> None:
+        """Audit a lock the first time this process sees it (per process, not per request)."""
+        if name in self._locked_seen:
+            return
+        if len(self._locked_seen) >= MAX_LOCKED_SEEN:
+            self._locked_seen.clear()
+        self._locked_seen.add(name)
+        audit.audit(audit.LOCK, user=name, device=session.device_id, reason="seen by the auth step")

@@ -6,21 +6,28 @@ import argparse
 import asyncio
 import dataclasses
 import getpass
+import os
 import re
 import sys
+import unicodedata
 from collections.abc import Sequence
 
-from backends.base import User, UserExists, UserIncomplete, canonical_email
+from backends.base import STORED_FIELDS, User, UserBackend, UserExists, UserIncomplete, canonical_email
+from homeserver import __version__
+from homeserver.cli_delegation import add_commands as add_delegation_commands
 from homeserver.cli_sessions import UnknownTarget
 from homeserver.cli_sessions import add_commands as add_session_commands
 from homeserver.config import Config, load_config
+from homeserver.config_schema import server_name_problem
 from homeserver.errors import ConfigError, StoreDataError, StoreUnavailable
-from homeserver.logs import setup_logging
+from homeserver.logs import setup_cli_logging, setup_logging
 from homeserver.names import MAX_USER_ID_BYTES, user_id
 from homeserver.passwords import hash_password
 
 # Matrix localpart grammar for new accounts (appendices, "User Identifiers").
 NAME_RE = re.compile(r"[a-z0-9._=\-/+]+")
+# mxc://<server name>/<media id>; media ids are A-Z a-z 0-9 _ - (Matrix "Matrix Content URIs").
+MXC_RE = re.compile(r"mxc://([^/]+)/[A-Za-z0-9_-]+")
 
 
 class CommandError(Exception):
@@ -29,16 +36,37 @@ class CommandError(Exception):
 
 def read_password(prompt: str = "Password: ") -> str:
     """One password: typed twice on a terminal, else the first line of standard input."""
-    if sys.stdin.isatty():
-        first = getpass.getpass(prompt)
-        if getpass.getpass("Again: ") != first:
-            raise CommandError("the passwords differ")
-        password = first
-    else:
-        password = sys.stdin.readline().removesuffix("\n").removesuffix("\r")
+    try:
+        if sys.stdin.isatty():
+            first = getpass.getpass(prompt)
+            if getpass.getpass("Again: ") != first:
+                raise CommandError("the passwords differ")
+            password = first
+        else:
+            line = sys.stdin.readline()
+            if not line:
+                raise CommandError("no password: standard input is empty or closed")
+            password = line.removesuffix("\n").removesuffix("\r")
+    except EOFError:  # Ctrl-D at the prompt
+        raise CommandError("no password given (end of input)") from None
     if not password:
         raise CommandError("the password is empty")
     return password
+
+
+def _check_text(option: str, value: str | None) -> None:
+    """No control characters (newlines, tabs) in a stored value: they would break displays and lines."""
+    if value and any(unicodedata.category(c) == "Cc" or c in "\u2028\u2029" for c in value):
+        raise CommandError(f"{option} must not contain newlines, tabs or other control characters")
+
+
+def _check_avatar(value: str | None) -> None:
+    """An avatar is an mxc:// URI (mxc://<server name>/<media id>); "" removes it."""
+    if not value:
+        return
+    match = MXC_RE.fullmatch(value)
+    if match is None or server_name_problem(match.group(1)) is not None:
+        raise CommandError(f"--avatar-url {value!r} is not an mxc:// URI (mxc://<server name>/<media id>)")
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -49,7 +77,8 @@ def _config(args: argparse.Namespace) -> Config:
             "processes": getattr(args, "processes", None),
         }
     }
-    return load_config(args.config, overrides=overrides)
+    # The warnings wait until logging is set up, so they come out in its format (JSON lines).
+    return load_config(args.config, overrides=overrides, defer_warnings=True)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -57,6 +86,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     config = _config(args)
     setup_logging(config.get("logging", "level"), config.get("logging", "format"))
+    config.log_warnings()
     return run(config)
 
 
@@ -74,6 +104,7 @@ def _given(value: str | None) -> str | None:
 def cmd_add_user(args: argparse.Namespace) -> int:
     from homeserver.context import create_backend
 
+    # Everything that can be checked is checked before the password is read and hashed.
     if not NAME_RE.fullmatch(args.name):
         raise CommandError(f"invalid name {args.name!r}: use only a-z, 0-9 and . _ = - / +")
     if args.ident == "":
@@ -83,18 +114,23 @@ def cmd_add_user(args: argparse.Namespace) -> int:
             raise CommandError("--ident is needed for a new user")
         if args.keep_password:
             raise CommandError("--keep-password only goes with --overwrite")
+    for option, value in (
+        ("--ident", args.ident), ("--display-name", args.display_name), ("--avatar-url", args.avatar_url),
+        ("--email", args.email),
+    ):
+        _check_text(option, value)
+    _check_avatar(args.avatar_url)
     if args.email and canonical_email(args.email) is None:
         raise CommandError(f"--email {args.email!r} is not an e-mail address")
     config = load_config(args.config)
     server_name = config.get("server", "server_name")
     if len(user_id(args.name, server_name).encode()) > MAX_USER_ID_BYTES:
         raise CommandError(f"the user ID would be longer than {MAX_USER_ID_BYTES} bytes")
+    asyncio.run(_check_store(config, args, server_name))
     given = {"ident": args.ident, "display_name": args.display_name, "avatar_url": args.avatar_url, "email": args.email}
     # With --overwrite, every field not given stays as stored, those of User this command
     # has no option for included.
-    keep = [
-        f.name for f in dataclasses.fields(User) if f.name not in ("name", "password") and given.get(f.name) is None
-    ]
+    keep = [name for name in STORED_FIELDS if name not in ("name", "password") and given.get(name) is None]
     password = None
     if args.keep_password:
         keep.append("password")
@@ -104,7 +140,9 @@ def cmd_add_user(args: argparse.Namespace) -> int:
         name=args.name,
         password=password,
         ident=args.ident or "",
-        **{name: _given(value) for name, value in given.items() if name != "ident"},
+        display_name=_given(args.display_name),
+        avatar_url=_given(args.avatar_url),
+        email=_given(args.email),
     )
 
     async def add() -> bool:
@@ -119,22 +157,110 @@ def cmd_add_user(args: argparse.Namespace) -> int:
     except UserExists:
         raise CommandError(f"user {args.name!r} exists already (use --overwrite to replace it)") from None
     except UserIncomplete as exc:
-        needed = " and ".join("a password" if f == "password" else "--ident" for f in exc.fields)
-        raise CommandError(f"user {args.name!r} does not exist; adding it needs {needed}") from None
+        raise CommandError(_incomplete(args.name, exc.fields)) from None
     except NotImplementedError as exc:
         raise CommandError(f"{exc}; add users with your directory's own tools") from None
     print(f"{'replaced' if replaced else 'added'} {user_id(args.name, server_name)}")
     return 0
 
 
+def _incomplete(name: str, fields: list[str]) -> str:
+    needed = " and ".join("a password" if f == "password" else "--ident" for f in fields)
+    return f"user {name!r} does not exist; adding it needs {needed}"
+
+
+async def _check_store(config: Config, args: argparse.Namespace, server_name: str) -> None:
+    """Before any password is read: the name taken (without --overwrite), a user to replace
+    that does not exist (without --ident or with --keep-password), an address someone else
+    holds (compared as logins compare them). `add_user` still enforces the first two."""
+    from homeserver.context import create_backend
+
+    # Read the users file as it is: a record with a bad password must not stop the
+    # replacement that fixes it, and nothing polls.
+    relaxed = dict(config.sections)
+    relaxed["backend.file"] = {**relaxed["backend.file"], "check_passwords": False, "reload_interval": 0}
+    backend = create_backend(dataclasses.replace(config, sections=relaxed))
+    if type(backend).add_user is UserBackend.add_user:
+        return  # no adding here (LDAP): add_user says so
+    try:
+        await backend.start()
+    except ConfigError:
+        if config.get("backend", "type") != "file" or os.path.exists(
+            config.resolve_path(config.get("backend.file", "path"))
+        ):
+            raise
+        return  # no users file yet: add_user creates it
+    try:
+        existing = await backend.get_user(args.name)
+        if existing is not None and not args.overwrite:
+            raise CommandError(f"user {args.name!r} exists already (use --overwrite to replace it)")
+        if existing is None:
+            missing = [f for f, absent in (("ident", args.ident is None), ("password", args.keep_password)) if absent]
+            if missing:
+                raise CommandError(_incomplete(args.name, missing))
+        address = canonical_email(args.email) if args.email else None
+        if address is not None:
+            holders = [u.name for u in await backend.get_users_by_email(address) if u.name != args.name]
+            if holders:
+                raise CommandError(
+                    f"--email {args.email!r}: {user_id(holders[0], server_name)} has this address already "
+                    "(an address logs in one user only)"
+                )
+    finally:
+        await backend.close()
+
+
+LDAP_LOCKING = (
+    "the ldap backend cannot lock users: lock them in the directory with its own tools "
+    "(Active Directory: disable the account; OpenLDAP: set pwdAccountLockedTime; 389-DS/FreeIPA: "
+    "nsAccountLock=TRUE or ipa user-disable); the server follows [backend.ldap] locked_filter"
+)
+
+
+def cmd_lock(args: argparse.Namespace) -> int:
+    """`lock NAME` / `unlock NAME`: set or clear the user's `locked` in the file or Redis."""
+    from homeserver import audit
+    from homeserver.context import create_backend
+    from homeserver.names import local_name
+
+    locked = args.lock
+    config = load_config(args.config)
+    server_name = config.get("server", "server_name")
+    name = local_name(args.name, server_name)
+    if config.get("backend", "type") == "ldap":
+        raise CommandError(LDAP_LOCKING)
+
+    async def change() -> bool:
+        backend = create_backend(config)
+        try:
+            return await backend.set_locked(name, locked)
+        finally:
+            await backend.close()
+
+    try:
+        found = asyncio.run(change())
+    except NotImplementedError as exc:
+        raise CommandError(f"{exc}; lock them with your store's own tools") from None
+    if not found:
+        raise CommandError(f"unknown user {name!r}")
+    # The audit line goes where the server's log goes (standard error, the configured format).
+    setup_cli_logging(config.get("logging", "level"), config.get("logging", "format"))
+    audit.audit(audit.LOCK if locked else audit.UNLOCK, user=name, client="cli", reason="command line")
+    print(f"{'locked' if locked else 'unlocked'} {user_id(name, server_name)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="run.py", description="Matrix login-and-profile homeserver.")
+    parser.add_argument("--version", action="version", version=f"homeserver {__version__}")
     parser.add_argument("--config", help="TOML config file (default: conf/homeserver.toml)")
     parser.add_argument("--host", help="listen address (overrides server.host)")
     parser.add_argument("--port", type=int, help="listen port (overrides server.port)")
     parser.add_argument("--processes", type=int, help="worker processes (overrides server.processes)")
     parser.set_defaults(func=cmd_serve)
-    sub = parser.add_subparsers(title="commands", metavar="{serve,hash-password,add-user,sessions}")
+    sub = parser.add_subparsers(
+        title="commands", metavar="{serve,hash-password,add-user,lock,unlock,sessions,delegation}"
+    )
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -167,7 +293,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     au.add_argument("--rounds", type=int, choices=range(4, 32), metavar="4..31", help="bcrypt cost")
     au.set_defaults(func=cmd_add_user)
+
+    for verb, locking, what in (
+        ("lock", True, "lock a user (file, Redis): their tokens answer M_USER_LOCKED, their sessions stay"),
+        ("unlock", False, "unlock a user (file, Redis): their sessions work again"),
+    ):
+        lk = command(verb, what)
+        lk.add_argument("name", help="account name or user ID")
+        lk.set_defaults(func=cmd_lock, lock=locking)
     add_session_commands(command)
+    add_delegation_commands(command)
     return parser
 
 

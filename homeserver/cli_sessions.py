@@ -5,11 +5,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import os
+import unicodedata
 from collections.abc import Awaitable, Callable
 
+from homeserver import audit
 from homeserver.config import Config, load_config
 from homeserver.context import create_backend, create_session_store
+from homeserver.delegation import Delegation, load_delegation_settings
 from homeserver.devices import Devices
+from homeserver.errors import ConfigError
+from homeserver.logs import setup_cli_logging
 from homeserver.names import local_name, user_id
 from homeserver.sessions import Sessions
 from homeserver.users import Users
@@ -19,14 +25,49 @@ class UnknownTarget(Exception):
     """No such user (in the user store or the session store), or no such device of theirs."""
 
 
+# What clients chose (device ids, display names) is printed escaped, so one device is one
+# line of exactly four tab-separated fields, whatever it holds.
+_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escape_char(char: str) -> str:
+    if char in _ESCAPES:
+        return _ESCAPES[char]
+    if unicodedata.category(char) in ("Cc", "Zl", "Zp"):
+        code = ord(char)
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return char
+
+
+def _field(value: str | None) -> str:
+    """A field of `sessions list`: "-" when empty, control characters and backslashes escaped."""
+    if not value:
+        return "-"
+    return "".join(map(_escape_char, value))
+
+
 def _when(ms: int) -> str:
     return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _check_store_exists(config: Config) -> None:
+    """A running server has made its SQLite file: a missing one means another place (as root
+    without the unit's STATE_DIRECTORY, say), where a new empty store would only mislead."""
+    if config.get("sessions", "store") != "sqlite":
+        return
+    path = config.get("sessions.sqlite", "path")
+    if not os.path.exists(path):
+        raise ConfigError(
+            f"sessions.sqlite.path: {path} does not exist: no server has run with this config here "
+            f"(under systemd, run as the service user with STATE_DIRECTORY set, see docs/operations.md)"
+        )
 
 
 async def _with_sessions(
     config: Config, name: str, work: Callable[[Sessions, str], Awaitable[list[str]]]
 ) -> list[str]:
     """Open the stores, check that the user is known to one of them, run `work`, close."""
+    _check_store_exists(config)
     backend = create_backend(config)
     store = create_session_store(config)
     await backend.start()
@@ -52,7 +93,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     async def work(sessions: Sessions, name: str) -> list[str]:
         devices = sorted(await sessions.store.devices(name), key=lambda d: d.device_id)
         return [
-            f"{d.device_id}\t{d.display_name or '-'}\t{d.last_seen_ip or '-'}\t{_when(d.last_seen_ts)}" for d in devices
+            "\t".join((_field(d.device_id), _field(d.display_name), _field(d.last_seen_ip), _when(d.last_seen_ts)))
+            for d in devices
         ]
 
     return _run(config, name, work)
@@ -60,17 +102,30 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_revoke(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    name = local_name(args.name, config.get("server", "server_name"))
-    who = user_id(name, config.get("server", "server_name"))
+    # The revocation's audit line goes where the server's log goes (standard error).
+    setup_cli_logging(config.get("logging", "level"), config.get("logging", "format"))
+    audit.client_address.set("cli")
+    server_name = config.get("server", "server_name")
+    name = local_name(args.name, server_name)
+    who = user_id(name, server_name)
+    settings = load_delegation_settings(config)
 
     async def work(sessions: Sessions, name: str) -> list[str]:
-        if args.all:
-            count = await Devices(sessions).revoke(name, None)
-            return [f"revoked {count} sessions of {who}"]
-        if await sessions.store.device(name, args.device) is None:
+        if not args.all and await sessions.store.device(name, args.device) is None:
             raise UnknownTarget(f"{who} has no device {args.device!r}")
-        count = await Devices(sessions).revoke(name, [args.device])
-        return [f"revoked {count} sessions of device {args.device} of {who}"]
+        # With delegation, Synapse deletes the devices too, before this returns.
+        delegation = Delegation(settings, sessions, server_name) if settings is not None else None
+        try:
+            count = await Devices(sessions, delegation=delegation).revoke(name, None if args.all else [args.device])
+            pending = delegation is not None and name in await sessions.store.resyncs()
+        finally:
+            if delegation is not None:
+                await delegation.close()
+        what = f"{who}" if args.all else f"device {args.device} of {who}"
+        lines = [f"revoked {count} sessions of {what}"]
+        if pending:
+            lines.append("Synapse could not be told yet: the running server tells it as soon as it answers")
+        return lines
 
     return _run(config, name, work)
 

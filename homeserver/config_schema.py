@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,31 @@ def _http_url(value: Any) -> str | None:
 
 def _optional_http_url(value: Any) -> str | None:
     return None if not value else _http_url(value)
+
+
+# Matrix server names (appendices, "Server Name"): hostname [ ":" port ], the hostname an IPv4
+# address, an IPv6 address in brackets, or a DNS name of letters, digits, "-" and ".".
+_SERVER_NAME = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[0-9A-Za-z.-]{1,255})(?::(?P<port>[0-9]{1,5}))?")
+
+
+def server_name_problem(value: str) -> str | None:
+    """Why `value` is no Matrix server name, or None when it is one."""
+    match = _SERVER_NAME.fullmatch(value)
+    if match is None:
+        return "must be a Matrix server name: a DNS name, an IPv4 address or [an IPv6 address], optionally with :port"
+    host, port = match.group("host"), match.group("port")
+    if host.startswith("["):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            return f"{host} is not an IPv6 address"
+    if port is not None and not 0 < int(port) <= 65535:
+        return f"port {port} is not between 1 and 65535"
+    return None
+
+
+def _server_name(value: Any) -> str | None:
+    return server_name_problem(value)
 
 
 def _cidrs(value: Any) -> str | None:
@@ -95,8 +121,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
     "server": {
         "host": Field("str", "127.0.0.1", _non_empty),
         "port": Field("int", 8008, _range(0, 65535)),
-        "base_url": Field("str", "http://localhost:8008", _http_url),
-        "server_name": Field("str", "localhost", _non_empty),
+        # "" (the default): follow host and the port actually listened on (homeserver.config).
+        "base_url": Field("str", "", _optional_http_url),
+        "server_name": Field("str", "localhost", _server_name),
         "identity_server_url": Field("str", "https://vector.im", _optional_http_url),
         "processes": Field("int", 1, _range(1, 256)),
         "max_body_size": Field("int", 65536, _range(1024)),
@@ -164,6 +191,15 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "active_directory": Field("bool", False),
         # Hand out lower-cased user IDs (so Alice and alice are one Matrix user).
         "lowercase_user_ids": Field("bool", False),
+        # How the ident attribute's value is shown after the display name: " ({ident})"
+        # with attributes.ident = "uid" gives "Alice Liddell (alice)".
+        "ident_template": Field("str", "{ident}"),
+        # Entries matching this filter are locked (M_USER_LOCKED; their sessions stay). Empty:
+        # the default for the directory (see README "Account state"); "(!(objectClass=*))"
+        # turns locking off.
+        "locked_filter": Field("str", ""),
+        # With active_directory: also lock accounts locked out by failed logons (lockoutTime).
+        "locked_out_is_locked": Field("bool", False),
     },
     "backend.ldap.attributes": {
         "name": Field("str_or_list", "uid"),
@@ -179,6 +215,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "touch_interval": Field("float", 60.0, _range(0)),
         # Seconds between sweeps that end the sessions of users gone from the user store.
         "sweep_interval": Field("float", 3600.0, _positive),
+        # A changed password ends the sessions opened with the old one (a replaced account
+        # always does); false keeps them across password rotations.
+        "end_on_password_change": Field("bool", True),
     },
     "sessions.sqlite": {
         "path": Field("str", "sessions.db", _non_empty),
@@ -209,6 +248,21 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "shared": Field("bool", True),
         # Buckets kept per limit; past that the least recently used is forgotten.
         "max_entries": Field("int", 100_000, _range(100)),
+    },
+    "delegation": {
+        # Be the authentication service of a Synapse (its `matrix_authentication_service`).
+        "enabled": Field("bool", False),
+        # Synapse's client listener, where its /_synapse/mas/ API answers.
+        "synapse_url": Field("str", "", _optional_http_url),
+        # The secret shared with Synapse (its matrix_authentication_service.secret), or a file holding it.
+        "secret": Field("str", ""),
+        "secret_file": Field("str", ""),
+        # User names whose tokens carry urn:synapse:admin:* (Synapse admins).
+        "admins": Field("str_list", []),
+        # Seconds one call to Synapse may take (connect included).
+        "timeout": Field("float", 5.0, _range(0.1, 120)),
+        # Seconds between attempts to tell Synapse about sessions that ended while it was away.
+        "retry_interval": Field("float", 5.0, _range(0.1, 3600)),
     },
     "metrics": {
         "enabled": Field("bool", False),

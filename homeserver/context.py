@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 
 import backends
 import backends.sessions
-from backends.base import UserBackend
+from backends.base import StoreUnavailable, UserBackend
 from backends.sessions.base import SessionStore
 from homeserver.auth import Auth
 from homeserver.config import Config
+from homeserver.credentials import Credentials
+from homeserver.delegation import Delegation, load_delegation_settings
 from homeserver.devices import Devices
 from homeserver.documents import Documents
 from homeserver.drain import InFlight
@@ -44,6 +47,10 @@ class HomeServer:
     inflight: InFlight = field(default_factory=InFlight)
     # Resolves a request's client address (X-Forwarded-For only from trusted proxies).
     client_address: ClientAddress = field(default_factory=ClientAddress)
+    # Fingerprints of the credential each session was opened with (homeserver.credentials).
+    credentials: Credentials | None = None
+    # The Synapse this server is the authentication service of; None when `[delegation]` is off.
+    delegation: Delegation | None = None
     users: Users = field(init=False)
     auth: Auth = field(init=False)
     uia: UserInteractiveAuth = field(init=False)
@@ -52,8 +59,15 @@ class HomeServer:
 
     def __post_init__(self) -> None:
         self.users = Users(self.backend, self.metrics)
-        self.auth = Auth(self.tokens, self.sessions, self.users, self.server_name)
+        if self.credentials is None:
+            self.credentials = Credentials(
+                self.tokens.secret,
+                self.tokens.keys[1:],
+                end_on_password_change=self.config.get("sessions", "end_on_password_change"),
+            )
         self.uia = UserInteractiveAuth(self.tokens.secret, self.users, self.checker, self.limits, self.server_name)
+        self.devices = Devices(self.sessions, self.uia, self.delegation, self.credentials)
+        self.auth = Auth(self.tokens, self.sessions, self.users, self.server_name, self.credentials, self.devices)
         self.login = LoginService(
             users=self.users,
             tokens=self.tokens,
@@ -62,8 +76,26 @@ class HomeServer:
             server_name=self.server_name,
             limits=self.limits,
             metrics=self.metrics,
+            credentials=self.credentials,
+            delegation=self.delegation,
         )
-        self.devices = Devices(self.sessions, self.uia)
+
+        # A reloaded users file names the accounts that changed: their stale sessions end at once.
+        self.backend.on_change = self._accounts_changed
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _accounts_changed(self, changes: dict[str, list[str]]) -> None:
+        task = asyncio.ensure_future(self._end_stale(changes))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _end_stale(self, changes: dict[str, list[str]]) -> None:
+        try:
+            await self.devices.check_changed(self.users, changes)
+        except StoreUnavailable as exc:  # their next request (or the sweep) ends them instead
+            logger.warning("sessions of changed accounts not ended yet: %s", exc)
+        except Exception:
+            logger.exception("ending the sessions of changed accounts failed")
 
     @property
     def server_name(self) -> str:
@@ -74,6 +106,10 @@ class HomeServer:
         return self.config.get("server", "max_body_size")
 
     async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if self.delegation is not None:
+            await self.delegation.close()
         await self.backend.close()
         await self.sessions.close()
         self.checker.close()
@@ -115,8 +151,12 @@ def build_homeserver(
         touch_interval=config.get("sessions", "touch_interval"),
         metrics=metrics,
     )
+    settings = load_delegation_settings(config)
+    server_name = config.get("server", "server_name")
+    delegation = Delegation(settings, sessions, server_name, metrics=metrics) if settings else None
     return HomeServer(
         config=config,
+        delegation=delegation,
         backend=backend,
         sessions=sessions,
         tokens=TokenIssuer(

@@ -12,25 +12,34 @@ import logging
 import random
 from typing import TYPE_CHECKING, Any
 
-from backends.base import StoreUnavailable
+from backends.base import StoreUnavailable, User
 from backends.sessions.base import Device, Session
+from homeserver import audit
+from homeserver.credentials import Credentials
 from homeserver.errors import M_NOT_FOUND, MatrixError, invalid_param, missing_param
 from homeserver.login_request import MAX_DISPLAY_NAME
 from homeserver.sessions import (
+    ACCOUNT_REPLACED,
+    CREDENTIAL_CHANGED,
     DEVICE_DELETED,
     LOGOUT,
     LOGOUT_ALL,
+    PASSWORD_CHANGED,
     REVOKED,
     USER_REMOVED,
     Sessions,
 )
 
 if TYPE_CHECKING:
-    from homeserver.auth import Requester
+    from homeserver.delegation import Delegation
+    from homeserver.requester import Requester
     from homeserver.uia import UserInteractiveAuth
     from homeserver.users import Users
 
 logger = logging.getLogger(__name__)
+
+# The audit event of each way sessions end (homeserver.audit); the others are "sessions_ended".
+AUDIT_EVENTS = {LOGOUT_ALL: audit.LOGOUT, DEVICE_DELETED: audit.LOGOUT, REVOKED: audit.REVOKE}
 
 # More device IDs than anyone has, in one request, is a mistake or an attack.
 MAX_DEVICES = 1000
@@ -75,9 +84,19 @@ def display_name_of(body: dict[str, Any]) -> str | None:
 class Devices:
     """A user's devices, and every way their sessions end."""
 
-    def __init__(self, sessions: Sessions, uia: UserInteractiveAuth | None = None) -> None:
+    def __init__(
+        self,
+        sessions: Sessions,
+        uia: UserInteractiveAuth | None = None,
+        delegation: Delegation | None = None,
+        credentials: Credentials | None = None,
+    ) -> None:
         self.sessions = sessions
         self.uia = uia
+        # With delegation, Synapse is told of every end of a session and every rename.
+        self.delegation = delegation
+        # Without it (the CLI), no session is ever found stale.
+        self.credentials = credentials
         self._missing: set[str] = set()  # users found missing by the last sweep
 
     # -- reading and renaming -----------------------------------------------------
@@ -97,6 +116,9 @@ class Devices:
         if display_name is None:
             await self.get(user, device_id)
             return
+        if self.delegation is not None:
+            await self.get(user, device_id)
+            await self.delegation.rename(user, device_id, display_name)
         if not await self.sessions.store.rename_device(user, device_id, display_name):
             raise no_device()
 
@@ -105,6 +127,9 @@ class Devices:
     async def logout(self, session: Session) -> None:
         """POST /logout: end the session of the token used (other sessions of its device stay)."""
         await self.sessions.end(session, LOGOUT)
+        if self.delegation is not None:
+            await self.delegation.devices_ended(session.user, [session.device_id])
+        audit.audit(audit.LOGOUT, user=session.user, device=session.device_id, reason=LOGOUT)
 
     async def logout_all(self, user: str) -> int:
         """POST /logout/all: end every session of the user."""
@@ -126,29 +151,81 @@ class Devices:
         """`run.py sessions revoke`: end one device's sessions, or all of the user's."""
         return await self.end(user, device_ids, REVOKED)
 
+    async def end_stale(self, user: User, reason: str = CREDENTIAL_CHANGED) -> int:
+        """End every session of `user` opened with another credential: the account was replaced
+        (a new account under the name) or its password changed; the count ended. Sessions
+        opened with the current credential stay."""
+        if self.credentials is None:
+            return 0
+        identities, passwords = self.credentials.accepted(user)
+        ended = await self.sessions.end_stale(user.name, identities, passwords, reason)
+        if ended:
+            devices = list(dict.fromkeys(ended))
+            audit.audit(audit.SESSIONS_ENDED, user=user.name, device=",".join(devices), reason=reason, count=len(ended))
+            if self.delegation is not None:
+                # Their devices are deleted at Synapse (unless another session of one is open).
+                await self.delegation.devices_ended(user.name, devices)
+        return len(ended)
+
     async def end(self, user: str, device_ids: list[str] | None, reason: str) -> int:
-        """End every session of these devices (None: all the user's); the count ended."""
-        return await self.sessions.end_devices(user, device_ids, reason)
+        """End every session of these devices (None: all the user's); the count ended.
+
+        With delegation, Synapse is told before this returns; when it is away, the sessions
+        end here all the same and Synapse is told once it is back (homeserver.delegation).
+        """
+        count = await self.sessions.end_devices(user, device_ids, reason)
+        audit.audit(
+            AUDIT_EVENTS.get(reason, audit.SESSIONS_ENDED),
+            user=user,
+            device=None if device_ids is None else ",".join(dict.fromkeys(device_ids)),
+            reason=reason,
+            count=count,
+        )
+        if self.delegation is not None:
+            await self.delegation.devices_ended(user, device_ids)
+        return count
 
     # -- upkeep -------------------------------------------------------------------
 
     async def sweep_removed_users(self, users: Users) -> int:
-        """End the sessions of users gone from the user store in two sweeps running; the count ended.
+        """End the sessions of users gone from the user store in two sweeps running, and those
+        opened with a credential since changed; the count ended.
 
         Their tokens are refused at once anyway (the auth step looks the user up); waiting
         for a second sweep only keeps a passing glitch of the store (a directory answering
         "no such entry" for a minute) from ending everybody's sessions.
         """
-        ended = 0
+        ended = stale = 0
         missing = set()
         for name in await self.sessions.store.users():
-            if await users.get(name) is None:
+            user = await users.get(name)
+            if user is None:
                 missing.add(name)
                 if name in self._missing:
                     ended += await self.end(name, None, USER_REMOVED)
+            else:
+                # Sessions of a replaced account or a changed password end at their next
+                # request anyway; the sweep ends (and with delegation deletes) unused ones too.
+                stale += await self.end_stale(user)
         self._missing = missing
         if ended:
             logger.info("ended %d sessions of users removed from the user store", ended)
+        if stale:
+            logger.info("ended %d sessions opened with credentials changed since", stale)
+        return ended + stale
+
+    async def check_changed(self, users: Users, changes: dict[str, list[str]]) -> int:
+        """The user store says these accounts changed ({name: fields}, a users-file reload):
+        end at once the sessions opened with a credential they no longer have (with
+        delegation, their devices at Synapse too), rather than at their next request; the
+        count ended."""
+        ended = 0
+        for name, fields in changes.items():
+            if "password" not in fields and "ident" not in fields:
+                continue  # a lock: the sessions stay
+            user = await users.get(name)
+            if user is not None:
+                ended += await self.end_stale(user, PASSWORD_CHANGED if "password" in fields else ACCOUNT_REPLACED)
         return ended
 
     async def sweep_forever(self, users: Users, interval: float) -> None:

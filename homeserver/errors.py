@@ -37,6 +37,7 @@ __all__ = [
     "too_large",
     "unknown_token",
     "unrecognized",
+    "user_locked",
 ]
 
 M_BAD_JSON = "M_BAD_JSON"
@@ -108,6 +109,11 @@ def limit_exceeded(seconds: float) -> MatrixError:
 
 def unknown_token(message: str = "Unrecognised access token.", *, soft_logout: bool = False) -> MatrixError:
     return MatrixError(401, M_UNKNOWN_TOKEN, message, soft_logout=soft_logout)
+
+
+def user_locked() -> MatrixError:
+    """A locked account (v1.12 "Account locking"): the client keeps its session and device."""
+    return MatrixError(401, M_USER_LOCKED, "User account has been locked", soft_logout=True)
 
 
 def store_unavailable(exc: StoreUnavailable) -> MatrixError:

@@ -58,7 +58,14 @@ def bind_listeners(config: Config) -> Listeners:
     port = config.get("metrics", "port")
     if config.get("metrics", "enabled") and port:
         try:
+            main = {s.getsockname()[1] for s in listeners.main}
             for worker in range(server["processes"]):
+                if port + worker in main:
+                    raise ConfigError(
+                        f"metrics.port: {port + worker} is the main listener's port (server.port)"
+                        + (f" for worker {worker}" if worker else "")
+                        + "; choose another port, or 0 to serve /metrics on the main listener"
+                    )
                 listeners.metrics[worker] = bind(port + worker, config.get("metrics", "host"), "metrics")
         except ConfigError:
             listeners.close()

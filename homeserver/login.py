@@ -7,17 +7,22 @@ from typing import TYPE_CHECKING
 
 from backends.base import User
 from backends.hashes import stored_password_problem
-from homeserver.errors import M_FORBIDDEN, M_LIMIT_EXCEEDED, M_UNKNOWN, MatrixError
+from homeserver import audit
+from homeserver.credentials import Credentials
+from homeserver.delegation.service import MAX_DEVICE_ID as MAX_SYNAPSE_DEVICE_ID
+from homeserver.delegation.service import new_device_id
+from homeserver.errors import M_FORBIDDEN, M_LIMIT_EXCEEDED, M_UNKNOWN, M_USER_LOCKED, MatrixError, user_locked
 from homeserver.jsonio import decode_json_object
 from homeserver.login_request import LoginRequest, parse_login
-from homeserver.names import user_id
+from homeserver.names import possible_name, user_id
 from homeserver.passwords import HashDecodeError, Overloaded, PasswordChecker
 from homeserver.ratelimit import LoginLimits
-from homeserver.sessions import Sessions
+from homeserver.sessions import REPLACED, Sessions
 from homeserver.tokens import TokenIssuer
 from homeserver.users import Users
 
 if TYPE_CHECKING:
+    from homeserver.delegation import Delegation
     from homeserver.metrics import Metrics
 
 logger = logging.getLogger(__name__)
@@ -73,6 +78,8 @@ def login_outcome(error: BaseException | None) -> str:
     if isinstance(error, LoginRefused):
         return error.outcome
     if isinstance(error, MatrixError):
+        if error.errcode == M_USER_LOCKED:
+            return "locked"
         if error.status == 429:
             return "rate_limited"
         if error.status < 500 and error.status != 403:
@@ -93,6 +100,8 @@ class LoginService:
         server_name: str,
         limits: LoginLimits | None = None,
         metrics: Metrics | None = None,
+        credentials: Credentials | None = None,
+        delegation: Delegation | None = None,
     ) -> None:
         self.users = users
         self.tokens = tokens
@@ -101,34 +110,91 @@ class LoginService:
         self.server_name = server_name
         self.limits = limits if limits is not None else LoginLimits()
         self.metrics = metrics
+        self.credentials = credentials
+        self.delegation = delegation
 
     async def login(self, body: bytes, client_ip: str) -> dict[str, str]:
         """Check the request body (JSON), apply rules 1-6; return the login response or raise the rule's MatrixError."""
+        attempt: dict[str, str] = {}
         try:
-            response = await self._login(body, client_ip)
+            response = await self._login(body, client_ip, attempt)
         except Exception as exc:
             self._observe(exc)
+            self._audit(attempt, client_ip, exc)
             raise
         self._observe(None)
+        self._audit(attempt, client_ip, None)
         return response
 
     async def authenticate(self, request: LoginRequest, client_ip: str) -> User:
         """The user a request's name (or address) and password prove, as a login would find
-        them, with the same limits and answers; no token and no session (the account page)."""
+        them, with the same limits and answers (a locked account's M_USER_LOCKED included);
+        no token and no session (the account page)."""
         await self.limits.check_address(client_ip)
         user, _ = await self._verify(request, issue=False)
+        if user.locked:
+            raise user_locked()
         return user
 
     def _observe(self, error: BaseException | None) -> None:
         if self.metrics is not None:
             self.metrics.observe_login(login_outcome(error))
 
-    async def _login(self, body: bytes, client_ip: str) -> dict[str, str]:
+    @staticmethod
+    def _audit(attempt: dict[str, str], client_ip: str, error: BaseException | None) -> None:
+        """The login's audit line: who (as stored, else as typed), which device, the outcome."""
+        audit.audit(
+            audit.LOGIN,
+            user=attempt.get("user") or attempt.get("typed"),
+            device=attempt.get("device"),
+            client=client_ip,
+            outcome=login_outcome(error),
+            reason=attempt.get("via"),
+        )
+
+    async def _login(self, body: bytes, client_ip: str, attempt: dict[str, str]) -> dict[str, str]:
         await self.limits.check_address(client_ip)
-        request = parse_login(decode_json_object(body), self.server_name)
+        if self.delegation is None:
+            request = parse_login(decode_json_object(body), self.server_name)
+            fresh = ""
+        else:
+            # One device per login (Synapse keeps keys and to-device messages per device),
+            # and a device id Synapse takes.
+            fresh = new_device_id()
+            request = parse_login(
+                decode_json_object(body), self.server_name, fresh, max_device_id=MAX_SYNAPSE_DEVICE_ID
+            )
+        # An address stays out of the audit line's user (it names the stored user once found).
+        # A name no account can have (over 255 bytes, control characters) is left out too.
+        typed = request.user if request.email is None and possible_name(request.user) else ""
+        attempt.update(typed=typed, device=request.device_id)
+        attempt["via"] = "password, by e-mail address" if request.email is not None else "password"
         user, token = await self._verify(request, issue=True)
-        # Rule 6, once the session of the token is recorded (a 200 is never lost).
-        await self.sessions.open(token, user.name, request.device_id, request.display_name, client_ip)
+        attempt["user"] = user.name
+        # After rules 3-5: an unknown name and a wrong password answer as for anyone; a
+        # locked account gets no session, and with delegation Synapse is not asked.
+        if user.locked:
+            raise user_locked()
+        fingerprint = self.credentials.of(user) if self.credentials is not None else None
+        fingerprints = {
+            "identity_fp": fingerprint.identity if fingerprint else None,
+            "password_fp": fingerprint.password if fingerprint else None,
+        }
+        if self.delegation is None:
+            # Rule 6, once the session of the token is recorded (a 200 is never lost).
+            await self.sessions.open(
+                token, user.name, request.device_id, request.display_name, client_ip, **fingerprints
+            )
+        else:
+            # Synapse has the user and the device first (503 and nothing done here when it
+            # cannot be told); then the device's earlier sessions end (MAS's rule: one
+            # device, one session; the device and its keys stay at Synapse) and this one opens.
+            async with self.delegation.login(user, request.device_id, request.display_name):
+                if request.device_id != fresh:
+                    await self.sessions.end_devices(user.name, [request.device_id], REPLACED)
+                await self.sessions.open(
+                    token, user.name, request.device_id, request.display_name, client_ip, **fingerprints
+                )
         return {
             "user_id": user_id(user.name, self.server_name),
             "access_token": token,

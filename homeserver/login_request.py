@@ -44,8 +44,17 @@ def _third_party(holder: dict[str, Any], where: str) -> str:
     return address
 
 
-def parse_login(body: dict[str, Any], server_name: str) -> LoginRequest:
-    """Check the login body's shape; a 400 Matrix error for anything malformed."""
+def parse_login(
+    body: dict[str, Any],
+    server_name: str,
+    default_device_id: str = DEFAULT_DEVICE_ID,
+    max_device_id: int = MAX_DEVICE_ID,
+) -> LoginRequest:
+    """Check the login body's shape; a 400 Matrix error for anything malformed.
+
+    A login naming no device gets `default_device_id` (the specification's DUMMY; with
+    delegation a fresh id per login).
+    """
     login_type = _string(body, "type")
     if login_type is not None and login_type != LOGIN_TYPE:
         raise MatrixError(400, "M_UNKNOWN", "Bad login type.")
@@ -82,8 +91,8 @@ def parse_login(body: dict[str, Any], server_name: str) -> LoginRequest:
         raise missing_param("password")
 
     device_id = _string(body, "device_id")
-    if device_id is not None and not 0 < len(device_id) <= MAX_DEVICE_ID:
-        raise invalid_param("device_id", f"a string of 1 to {MAX_DEVICE_ID} characters")
+    if device_id is not None and not 0 < len(device_id) <= max_device_id:
+        raise invalid_param("device_id", f"a string of 1 to {max_device_id} characters")
     display_name = _string(body, "initial_device_display_name")
     if display_name is not None and len(display_name) > MAX_DISPLAY_NAME:
         raise invalid_param("initial_device_display_name", f"at most {MAX_DISPLAY_NAME} characters")
@@ -92,7 +101,7 @@ def parse_login(body: dict[str, Any], server_name: str) -> LoginRequest:
     return LoginRequest(
         user=local_name(user, server_name),
         password=password,
-        device_id=device_id or DEFAULT_DEVICE_ID,
+        device_id=device_id or default_device_id,
         display_name=display_name,
         email=email,
     )

@@ -35,12 +35,10 @@ def log_request(handler: Any) -> None:
     neither are tokens nor passwords.
     """
     status = handler.get_status()
-    if status < 400:
-        level = logging.INFO
-    elif status < 500:
-        level = logging.WARNING
-    else:
-        level = logging.ERROR
+    # A handler may say its answer is expected (readiness 503 during a drain).
+    level = getattr(handler, "access_log_level", None)
+    if level is None:
+        level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
     if not access_log.isEnabledFor(level):
         return
     request = handler.request
@@ -83,6 +81,9 @@ class JsonFormatter(logging.Formatter):
         rid = getattr(record, "request_id", "-")
         if rid != "-":
             entry["request_id"] = rid
+        fields = getattr(record, "audit", None)
+        if isinstance(fields, dict):  # homeserver.audit: the event's fields, each its own key
+            entry.update(fields)
         if record.name == access_log.name and isinstance(record.args, tuple) and len(record.args) == len(ACCESS_FIELDS):
             entry.update(zip(ACCESS_FIELDS, record.args, strict=True))
             entry["duration_ms"] = round(entry["duration_ms"], 2)
@@ -108,6 +109,17 @@ class TextFormatter(logging.Formatter):
 
 def text_formatter() -> TextFormatter:
     return TextFormatter("%(asctime)s [%(process)d] %(levelname)s %(name)s [%(request_id)s]: %(message)s")
+
+
+def setup_cli_logging(level: str, fmt: str = "text") -> None:
+    """Logging for a one-shot command: its audit lines (homeserver.audit) and warnings, on
+    standard error in the configured format; nothing when the process already logs
+    somewhere (the command run inside another program, or a test)."""
+    if logging.getLogger().handlers:
+        return
+    quiet = max(getattr(logging, level, logging.INFO), logging.WARNING)
+    setup_logging(logging.getLevelName(quiet), fmt)
+    logging.getLogger("homeserver.audit").setLevel(logging.INFO)
 
 
 def setup_logging(level: str, fmt: str = "text") -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
 
 logger = logging.getLogger(__name__)
@@ -34,7 +34,8 @@ class Metrics:
         )
         self.logins = Counter(
             "homeserver_logins",
-            "Password logins by outcome: success, unknown_user, bad_password, rate_limited, bad_request, error.",
+            "Password logins by outcome: success, unknown_user, bad_password, locked, rate_limited, bad_request, "
+            "error.",
             ["outcome"],
             registry=self.registry,
         )
@@ -58,13 +59,33 @@ class Metrics:
         )
         self.sessions_ended = Counter(
             "homeserver_sessions_ended",
-            "Sessions ended, by reason: logout, logout_all, device_deleted, user_removed.",
+            "Sessions ended, by reason: logout, logout_all, device_deleted, revoked, user_removed, replaced, "
+            "password_changed, account_replaced, credential_changed.",
             ["reason"],
             registry=self.registry,
         )
         self.ratelimit_fallbacks = Counter(
             "homeserver_ratelimit_fallbacks",
             "Login limit checks answered by this process's own buckets because the shared store could not.",
+            registry=self.registry,
+        )
+        self.synapse_calls = Counter(
+            "homeserver_synapse_calls",
+            "Calls to Synapse's /_synapse/mas/ API (delegation), by call and outcome: ok, not_found, refused, "
+            "unreachable.",
+            ["call", "outcome"],
+            registry=self.registry,
+        )
+        self.synapse_latency = Histogram(
+            "homeserver_synapse_call_duration_seconds",
+            "Time a call to Synapse's /_synapse/mas/ API took, by call.",
+            ["call"],
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
+        self.resyncs_pending = Gauge(
+            "homeserver_delegation_resyncs_pending",
+            "Users whose sign-outs Synapse has not heard of yet (it was away), as this process last saw.",
             registry=self.registry,
         )
         # Label children are looked up once per key: labels() costs more than inc().
@@ -108,6 +129,13 @@ class Metrics:
 
     def observe_sessions_ended(self, reason: str, count: int) -> None:
         self.sessions_ended.labels(reason).inc(count)
+
+    def observe_synapse(self, call: str, outcome: str, seconds: float) -> None:
+        self.synapse_calls.labels(call, outcome).inc()
+        self.synapse_latency.labels(call).observe(seconds)
+
+    def observe_resyncs_pending(self, count: int) -> None:
+        self.resyncs_pending.set(count)
 
     def render(self, accept: str | None) -> tuple[bytes, str]:
         """Return the exposition body and its content type, honouring OpenMetrics in Accept."""

@@ -81,6 +81,7 @@ class PasswordChecker:
         if self.pending >= self.max_pending:
             raise Overloaded()
         self.pending += 1
+        logger.debug("password check queued (%d pending)", self.pending)
         try:
             return await asyncio.get_running_loop().run_in_executor(self._pool, check, password, hashed)
         finally:

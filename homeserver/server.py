@@ -20,6 +20,7 @@ from homeserver.context import (
     create_backend,
     create_session_store,
 )
+from homeserver.delegation import load_delegation_settings
 from homeserver.drain import InFlight
 from homeserver.errors import ConfigError
 from homeserver.listen import Listeners, bind_listeners
@@ -55,8 +56,13 @@ def run(config: Config) -> int:
     """Serve until stopped; with `[server] processes` > 1, as that many forked workers."""
     server_cfg = config.section("server")
     processes = server_cfg["processes"]
+    # A bad [delegation] section (a short secret, an unreadable secret file) is one line, before anything starts.
+    load_delegation_settings(config)
     # Bind first: a taken port or a bad host stops start-up with one line.
     listeners = bind_listeners(config)
+    # With no base_url configured, the well-known and the support page name the port
+    # actually listened on (--port, or port 0's pick), before any fork.
+    config.follow_listener(listeners.main[0].getsockname()[1])
     if processes == 1:
         run_event_loop(serve(config, listeners), server_cfg["event_loop"])
         return 0
@@ -125,6 +131,9 @@ async def serve(config: Config, listeners: Listeners, worker: int | None = None,
     sweeper = asyncio.ensure_future(
         hs.devices.sweep_forever(hs.users, config.get("sessions", "sweep_interval"))
     )
+    if hs.delegation is not None:
+        # Synapse may start after us: a warning and retries, never a crash.
+        hs.delegation.start()
     server_cfg = config.section("server")
     # Handlers that take a body stream it and answer 413 themselves; this bound only caps
     # what any other handler buffers before it is thrown away.

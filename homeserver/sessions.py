@@ -22,6 +22,10 @@ logger = logging.getLogger(__name__)
 LOGOUT, LOGOUT_ALL, DEVICE_DELETED, REVOKED, USER_REMOVED = (
     "logout", "logout_all", "device_deleted", "revoked", "user_removed",
 )
+# With delegation, a login naming a device ends that device's earlier sessions.
+REPLACED = "replaced"
+# The account behind the session was replaced, or its password changed (homeserver.credentials).
+ACCOUNT_REPLACED, PASSWORD_CHANGED, CREDENTIAL_CHANGED = "account_replaced", "password_changed", "credential_changed"
 # Remembered digests of recently touched sessions, per process; past this the table is
 # cleared (at worst every session gets one early last-seen write).
 MAX_TOUCHED = 100_000
@@ -62,8 +66,19 @@ class Sessions:
 
     # -- login and the auth step --------------------------------------------------
 
-    async def open(self, token: str, user: str, device_id: str, display_name: str | None, ip: str) -> None:
-        """Record the session of a login's token; durable before the login is answered."""
+    async def open(
+        self,
+        token: str,
+        user: str,
+        device_id: str,
+        display_name: str | None,
+        ip: str,
+        *,
+        identity_fp: str | None = None,
+        password_fp: str | None = None,
+    ) -> None:
+        """Record the session of a login's token, with the fingerprints of the credential it
+        was opened with; durable before the login is answered."""
         now = now_ms()
         digest = token_digest(token)
         session = Session(
@@ -74,13 +89,15 @@ class Sessions:
             last_seen_ip=ip,
             last_seen_ts=now,
             expires_ts=now + self.lifetime * 1000 if self.lifetime else None,
+            identity_fp=identity_fp,
+            password_fp=password_fp,
         )
         await self.store.open(session, display_name)
         self._touched[digest] = self.clock()
         if self.metrics is not None:
             self.metrics.observe_sessions_opened()
 
-    async def check(self, token: str, user: str, ip: str) -> Session:
+    async def check(self, token: str, user: str, ip: str | None) -> Session:
         """Return the open session of a verified token; 401 M_UNKNOWN_TOKEN when there is none.
 
         A session that was ended (logout, device deleted, revoked) answers `soft_logout:
@@ -93,7 +110,7 @@ class Sessions:
             raise unknown_token(soft_logout=True)
         if session.ended_ts is not None:
             raise unknown_token()
-        self._maybe_touch(session, ip)
+        self._maybe_touch(session, session.last_seen_ip if ip is None else ip)
         return session
 
     def _maybe_touch(self, session: Session, ip: str) -> None:
@@ -128,6 +145,14 @@ class Sessions:
         if await self.store.end(session.user, session.token_hash):
             self._ended(reason, 1)
         self._touched.pop(session.token_hash, None)
+
+    async def end_stale(
+        self, user: str, identity_fps: list[str], password_fps: list[str] | None, reason: str
+    ) -> list[str]:
+        """End the user's sessions opened with other credentials; a device id per session ended."""
+        devices = await self.store.end_stale(user, identity_fps, password_fps)
+        self._ended(reason, len(devices))
+        return devices
 
     async def end_devices(self, user: str, device_ids: list[str] | None, reason: str) -> int:
         """End every session of these devices (None: all the user's); the count ended."""

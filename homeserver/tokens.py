@@ -33,6 +33,10 @@ class TokenError(Exception):
     """The token is malformed, tampered, signed otherwise, or expired."""
 
 
+class TokenExpired(TokenError):
+    """A token with a good signature whose `exp` has passed (clients keep the device: soft logout)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Claims:
     name: str
@@ -82,7 +86,7 @@ class TokenIssuer:
                 # The same rule as python-jose: expired once the whole second is past exp.
                 if exp is not None and int(time.time()) > exp:
                     del self._cache[token]
-                    raise TokenError("Signature has expired.")
+                    raise TokenExpired("Signature has expired.")
                 return claims
             del self._cache[token]
         claims, exp = self._decode(token)
@@ -105,6 +109,8 @@ class TokenIssuer:
                 if first_error is None or isinstance(exc, (ExpiredSignatureError, JWTClaimsError)):
                     first_error = exc
         else:
+            if isinstance(first_error, ExpiredSignatureError):
+                raise TokenExpired(str(first_error)) from None
             raise TokenError(str(first_error)) from None
         name, device_id = claims.get("sub"), claims.get("device_id")
         if not isinstance(name, str) or not isinstance(device_id, str):

@@ -9,12 +9,12 @@ import json
 import time
 from typing import Any
 
-from homeserver.auth import Requester
 from homeserver.errors import MatrixError, invalid_param, missing_param
 from homeserver.login import check_password
 from homeserver.names import local_name
 from homeserver.passwords import PasswordChecker
 from homeserver.ratelimit import LoginLimits
+from homeserver.requester import Requester
 from homeserver.users import Users
 
 PASSWORD_STAGE = "m.login.password"

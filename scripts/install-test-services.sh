@@ -1,13 +1,35 @@
 #!/usr/bin/env bash
-# Install, from Debian's packages, the servers the Redis and LDAP tests start privately
-# (redis-server; slapd and ldap-utils; openssl for test certificates), when missing. Needs root (or sudo).
+# Install, from Debian's packages, what the tests need when it is missing: the servers the
+# Redis and LDAP tests start privately (redis-server; slapd and ldap-utils; openssl for test
+# certificates), the browser the account page tests drive (chromium, chromium-driver),
+# Node.js with npm (the matrix-js-sdk client test installs its package from the npm
+# registry), curl (the README's curl sessions are run), and nginx (the reverse proxy in front of
+# Synapse in the delegation tests). Needs root (or sudo). Then matrix-synapse from PyPI into its
+# cached virtualenv outside the repository (tests/synapse.py), as the user running the tests.
 set -euo pipefail
+cd "$(dirname "$0")/.."
+install_synapse() {
+    # Into the cache of the user who runs the tests (the one who called sudo, if any).
+    if [ "$(id -u)" -eq 0 ] && [ -n "${SUDO_USER:-}" ] && [ "$SUDO_USER" != root ]; then
+        sudo -u "$SUDO_USER" -H python3 tests/synapse.py install
+    else
+        python3 tests/synapse.py install
+    fi
+}
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v slapd >/dev/null 2>&1 || [ -x /usr/sbin/slapd ] || need+=(slapd)
 command -v ldapwhoami >/dev/null 2>&1 || need+=(ldap-utils)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
+command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
+python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 if [ ${#need[@]} -eq 0 ]; then
+    install_synapse
     exit 0
 fi
 sudo=""
@@ -16,4 +38,13 @@ sudo=""
 $sudo mkdir -p /etc/ldap && $sudo touch /etc/ldap/noslapd
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
+# Keep the packages' own services (a system-wide nginx on port 80) from starting.
+policy=""
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+    policy=/usr/sbin/policy-rc.d
+    printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
+    $sudo chmod +x "$policy"
+fi
 $sudo apt-get install -y -q --no-install-recommends "${need[@]}"
+[ -z "$policy" ] || $sudo rm -f "$policy"
+install_synapse

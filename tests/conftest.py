@@ -163,3 +163,23 @@ def conf(tmp_path):
     path = tmp_path / "hs.toml"
     path.write_text('[auth]\nbcrypt_rounds = 4\n[backend.file]\npath = "users.json"\n')
     return path
+
+
+@pytest.fixture(scope="session")
+def synapse_stack(tmp_path_factory):
+    """This server as the authentication service of a real Synapse, both behind a real nginx
+    (tests/delegation_stack.py); one for the whole session. Skipped with the reason when
+    Synapse or nginx cannot be had, and failed for it when CI is set."""
+    from tests.delegation_stack import DelegationStack
+    from tests.helpers import ci
+    from tests.nginx import NginxUnavailable
+    from tests.synapse import SynapseUnavailable
+
+    try:
+        stack = DelegationStack(tmp_path_factory.mktemp("synapse-stack"))
+    except (SynapseUnavailable, NginxUnavailable) as exc:
+        if ci():
+            pytest.fail(f"{exc} (CI is set: the Synapse tests must run)")
+        pytest.skip(str(exc))
+    yield stack
+    stack.stop()

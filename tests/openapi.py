@@ -52,3 +52,10 @@ def validate(resp: Response, spec_file: str, path: str, method: str = "GET") -> 
     """Check the response body against the documented schema for its status."""
     schema = schema_for(spec_file, path, method, resp.status)
     jsonschema.validate(resp.json, schema)
+
+
+def validate_error(resp: Response) -> None:
+    """Check an error body against v1.12's error definition (for a status an endpoint's file
+    does not list, such as the 401 M_USER_LOCKED of a login)."""
+    file = os.path.join(SPEC_DIR, "definitions", "errors", "error.yaml")
+    jsonschema.validate(resp.json, _inline(_load(file), file))

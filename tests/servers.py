@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.backends.redis_servers import free_port, wait_until
-from tests.helpers import DEFAULT_USERS, JWT_SECRET
+from tests.helpers import DEFAULT_USERS, JWT_SECRET, Response
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOGIN = "/_matrix/client/v3/login"
@@ -88,9 +88,16 @@ class Server:
 class ServerProcess:
     """`python run.py --config ...` on a port of its own choosing, read from its log."""
 
-    def __init__(self, tmp_path: Path, processes: int = 1, _extra: str = "", **server: object) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        processes: int = 1,
+        _extra: str = "",
+        users: list[dict[str, Any]] | None = None,
+        **server: object,
+    ) -> None:
         self.users = tmp_path / "users.json"
-        self.users.write_text(json.dumps({"users": DEFAULT_USERS}))
+        self.users.write_text(json.dumps({"users": DEFAULT_USERS if users is None else users}))
         lines = [
             "[server]",
             'host = "127.0.0.1"',
@@ -130,20 +137,41 @@ class ServerProcess:
             time.sleep(0.05)
         raise AssertionError(f"server did not start:\n{self.log.read_text(errors='replace')}")
 
-    def request(self, path: str, body: dict | None = None, timeout: float = 20.0) -> tuple[int, dict]:
+    def request(
+        self, path: str, body: dict | None = None, timeout: float = 20.0, token: str | None = None
+    ) -> tuple[int, dict]:
+        resp = self.fetch(path, body, timeout=timeout, token=token)
+        return resp.status, resp.json
+
+    def fetch(
+        self,
+        path: str,
+        body: dict | None = None,
+        *,
+        method: str | None = None,
+        token: str | None = None,
+        timeout: float = 20.0,
+    ) -> Response:
+        """One request on a new connection; the whole response (for assertions and OpenAPI checks)."""
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, headers=headers, method=method)
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
-                return resp.status, json.loads(resp.read())
+                return Response(resp.status, resp.headers, resp.read())
         except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read())
+            with exc:
+                return Response(exc.code, exc.headers, exc.read())
 
     def wait_log(self, text: str, timeout: float = 10.0) -> None:
+        self.wait_log_count(text, 1, timeout)
+
+    def wait_log_count(self, text: str, count: int, timeout: float = 10.0) -> None:
+        """Wait until `text` stands in the log at least `count` times."""
         deadline = time.monotonic() + timeout
-        while text not in self.log.read_text(errors="replace"):
-            assert time.monotonic() < deadline, f"{text!r} not logged:\n{self.log.read_text(errors='replace')}"
-            time.sleep(0.05)
+        while self.log.read_text(errors="replace").count(text) < count:
+            assert time.monotonic() < deadline, f"{text!r} not logged {count} times:\n{self.log.read_text(errors='replace')}"
+            time.sleep(0.02)
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -78,7 +78,8 @@ def test_add_user_refuses_names_that_are_not_matrix_localparts(conf, name):
 def test_bad_config_is_one_line_not_a_traceback(tmp_path, toml, env, expected):
     path = tmp_path / "hs.toml"
     path.write_text(toml)
-    result = run("--config", str(path), env=env)
+    # Port 0: the error under test, whatever else listens on the default port here.
+    result = run("--config", str(path), "--port", "0", env=env)
     assert result.returncode == 1
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("homeserver: error: ") and expected in lines[0], result.stderr
@@ -88,7 +89,7 @@ def test_malformed_users_file_names_the_record(tmp_path):
     (tmp_path / "users.json").write_text('{"users": [{"name": "ann", "password": "00"}]}')
     path = tmp_path / "hs.toml"
     path.write_text('[backend.file]\npath = "users.json"\n')
-    result = run("--config", str(path))
+    result = run("--config", str(path), "--port", "0")
     assert result.returncode == 1
     assert "record 0 ('ann'): missing required field 'ident'" in result.stderr
     assert len(result.stderr.splitlines()) == 1

@@ -3,7 +3,6 @@
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 
 import pytest
@@ -19,7 +18,7 @@ from nio import (
     ProfileGetResponse,
 )
 
-from tests.helpers import ci
+from tests.js_sdk import install_js_sdk
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -120,26 +119,12 @@ console.log(JSON.stringify(out));
 
 # The current major release (`npm view matrix-js-sdk version` gave 43.0.0); each major gets
 # its own cache folder, so moving the pin installs the new one.
-JS_SDK_MAJOR = 43
 
 
 @pytest.fixture(scope="session")
 def js_sdk(tmp_path_factory):
     """matrix-js-sdk installed from the npm registry into a cache inside .venv."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if not node or not npm:
-        if ci():
-            pytest.fail("node and npm are needed for the matrix-js-sdk test")
-        pytest.skip("node and npm are not installed")
-    cache = os.path.join(ROOT, ".venv", "js", f"matrix-js-sdk-{JS_SDK_MAJOR}")
-    if not os.path.isdir(os.path.join(cache, "node_modules", "matrix-js-sdk")):
-        os.makedirs(cache, exist_ok=True)
-        result = subprocess.run([npm, "install", "--silent", "--prefix", cache, f"matrix-js-sdk@{JS_SDK_MAJOR}"],
-                                capture_output=True, text=True, timeout=300)
-        if result.returncode != 0:
-            if ci():
-                pytest.fail(f"npm install matrix-js-sdk failed: {result.stderr}")
-            pytest.skip(f"npm install matrix-js-sdk failed: {result.stderr[-300:]}")
+    node, cache = install_js_sdk()
     script = os.path.join(cache, "check.mjs")
     with open(script, "w") as fh:
         fh.write(JS_CHECK)

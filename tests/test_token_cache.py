@@ -7,7 +7,7 @@ import time
 import pytest
 from jose import jwt
 
-from homeserver.tokens import TokenError, TokenIssuer
+from homeserver.tokens import TokenError, TokenExpired, TokenIssuer
 from tests.helpers import JWT_SECRET
 
 
@@ -51,7 +51,7 @@ def test_cached_token_rejected_once_its_exp_has_passed(monkeypatch):
     tokens.verify(token)
     now = time.time()
     monkeypatch.setattr("homeserver.tokens.time.time", lambda: now + 31)
-    with pytest.raises(TokenError):
+    with pytest.raises(TokenExpired):  # soft logout: the client keeps its device
         tokens.verify(token)
 
 
@@ -59,8 +59,19 @@ def test_expired_token_is_never_cached():
     token = jwt.encode({"sub": "alice", "device_id": "DEV", "exp": int(time.time()) - 10}, JWT_SECRET, "HS256")
     tokens = TokenIssuer(JWT_SECRET)
     for _ in range(2):
-        with pytest.raises(TokenError):
+        with pytest.raises(TokenExpired):
             tokens.verify(token)
+
+
+def test_only_a_good_signature_makes_a_token_expired():
+    claims = {"sub": "alice", "device_id": "DEV", "exp": int(time.time()) - 10}
+    other = "another-secret-that-is-at-least-32-bytes"
+    with pytest.raises(TokenError) as caught:
+        TokenIssuer(JWT_SECRET).verify(jwt.encode(claims, other, "HS256"))
+    assert not isinstance(caught.value, TokenExpired)  # a forged token is never a soft logout
+    # Signed with a secret from before a rotation: expired, like any good token.
+    with pytest.raises(TokenExpired):
+        TokenIssuer(JWT_SECRET, previous=[other]).verify(jwt.encode(claims, other, "HS256"))
 
 
 def test_entry_is_decoded_again_after_the_ttl(monkeypatch):

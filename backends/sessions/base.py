@@ -22,6 +22,10 @@ class Session:
     # is kept a while as a tombstone so its token is told `soft_logout: false`, while a
     # token the store never saw is told `soft_logout: true`.
     ended_ts: int | None = None
+    # Keyed digests of what the session was opened with (homeserver.credentials): the
+    # account's identity and its password. None for sessions opened before they were kept.
+    identity_fp: str | None = None
+    password_fp: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +86,13 @@ class SessionStore(abc.ABC):
         """End every session of these devices (None: all of the user's); how many ended."""
 
     @abc.abstractmethod
+    async def end_stale(self, user: str, identity_fps: list[str], password_fps: list[str] | None) -> list[str]:
+        """End every open session of the user whose identity fingerprint is none of
+        `identity_fps`, or (when `password_fps` is given) whose password fingerprint is none of
+        those (one per signing key); sessions without fingerprints stay. The device id of each
+        session ended (a device ids once per session)."""
+
+    @abc.abstractmethod
     async def devices(self, user: str) -> list[Device]:
         """The user's devices with at least one open session."""
 
@@ -96,6 +107,28 @@ class SessionStore(abc.ABC):
     @abc.abstractmethod
     async def users(self) -> list[str]:
         """The users with open sessions (to end those of users removed from the user store)."""
+
+    # -- delegation (homeserver.delegation): what Synapse was told --------------------
+
+    @abc.abstractmethod
+    async def provisioned(self, user: str) -> str | None:
+        """The digest of the profile last provisioned at Synapse for the user; None if never."""
+
+    @abc.abstractmethod
+    async def set_provisioned(self, user: str, digest: str) -> None:
+        """Remember the digest of the profile just provisioned at Synapse."""
+
+    @abc.abstractmethod
+    async def mark_resync(self, user: str, mark: int) -> None:
+        """Remember, durably, that Synapse must be told the user's devices again (a call failed)."""
+
+    @abc.abstractmethod
+    async def resyncs(self) -> dict[str, int]:
+        """The users Synapse must be told about again, each with its latest mark."""
+
+    @abc.abstractmethod
+    async def clear_resync(self, user: str, mark: int) -> bool:
+        """Forget the user's resync if its mark is still `mark` (not marked again since); True if forgotten."""
 
     @abc.abstractmethod
     async def rate_limit(self, key: str, interval: float, capacity: float, *, take: bool = True) -> float:

@@ -9,7 +9,17 @@ from typing import Any
 from backends.base import ConfigError
 from backends.redis_connect import RedisConnection, text
 from backends.sessions.base import Device, Session, SessionStore
-from backends.sessions.redis_scripts import DEVICES, END, END_DEVICES, OPEN, RATE_LIMIT, RENAME, TOUCH
+from backends.sessions.redis_scripts import (
+    CLEAR_RESYNC,
+    DEVICES,
+    END,
+    END_DEVICES,
+    END_STALE,
+    OPEN,
+    RATE_LIMIT,
+    RENAME,
+    TOUCH,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -21,11 +31,14 @@ class RedisSessionStore(SessionStore):
     change is one Lua script, atomic, even on a Cluster:
 
     - `<prefix>{<tag>}:s:<token digest>`: hash of one session (user, device_id, created_ts,
-      last_seen_ip, last_seen_ts, expires_ts, ended_ts); expires with the token;
+      last_seen_ip, last_seen_ts, expires_ts, ended_ts, identity_fp, password_fp); expires
+      with the token;
     - `<prefix>{<tag>}:d:<device id>`: set of the digests of the device's open sessions;
     - `<prefix>{<tag>}:devices`: hash device id -> display name, of devices with open sessions;
     - `<prefix>users`: set of users with sessions (for the sweep of removed users);
-    - `<prefix>rl:<bucket>`: one shared rate-limit bucket (GCRA, Redis `TIME`).
+    - `<prefix>rl:<bucket>`: one shared rate-limit bucket (GCRA, Redis `TIME`);
+    - `<prefix>delegation:provisioned`: hash user -> digest of the profile last given to Synapse;
+    - `<prefix>delegation:resync`: hash user -> mark, users whose devices Synapse must be told again.
 
     The tag is a digest of the user name, so no name can break out of it.
     """
@@ -80,6 +93,7 @@ class RedisSessionStore(SessionStore):
             [
                 session.user, session.device_id, session.created_ts, session.last_seen_ip, session.last_seen_ts,
                 session.expires_ts or "", display_name or "", session.token_hash,
+                session.identity_fp or "", session.password_fp or "",
             ],
         )
         with self.connection.errors():
@@ -106,6 +120,8 @@ class RedisSessionStore(SessionStore):
             last_seen_ts=number("last_seen_ts") or 0,
             expires_ts=number("expires_ts"),
             ended_ts=number("ended_ts"),
+            identity_fp=record.get("identity_fp"),
+            password_fp=record.get("password_fp"),
         )
 
     async def touch(self, user: str, token_hash: str, ip: str, ts: int) -> None:
@@ -121,6 +137,13 @@ class RedisSessionStore(SessionStore):
         base = self.base(user)
         args: list[Any] = [self.keep_ended_ms, base, "1" if device_ids is None else "0"]
         return int(await self._script(END_DEVICES, [f"{base}devices"], args + list(dict.fromkeys(device_ids or []))))
+
+    async def end_stale(self, user: str, identity_fps: list[str], password_fps: list[str] | None) -> list[str]:
+        base = self.base(user)
+        args: list[Any] = [self.keep_ended_ms, base, len(identity_fps), *identity_fps]
+        args += ["0"] if password_fps is None else ["1", *password_fps]
+        ended = await self._script(END_STALE, [f"{base}devices"], args)
+        return [text(device) for device in ended]
 
     # -- devices --------------------------------------------------------------------
 
@@ -158,6 +181,29 @@ class RedisSessionStore(SessionStore):
                 with self.connection.errors():
                     await client.srem(f"{self.prefix}users", name)
         return found
+
+    # -- delegation -----------------------------------------------------------------
+
+    async def provisioned(self, user: str) -> str | None:
+        with self.connection.errors():
+            value = await self.connection.connect().hget(f"{self.prefix}delegation:provisioned", user)
+        return text(value) if value is not None else None
+
+    async def set_provisioned(self, user: str, digest: str) -> None:
+        with self.connection.errors():
+            await self.connection.connect().hset(f"{self.prefix}delegation:provisioned", user, digest)
+
+    async def mark_resync(self, user: str, mark: int) -> None:
+        with self.connection.errors():
+            await self.connection.connect().hset(f"{self.prefix}delegation:resync", user, str(mark))
+
+    async def resyncs(self) -> dict[str, int]:
+        with self.connection.errors():
+            found = await self.connection.connect().hgetall(f"{self.prefix}delegation:resync")
+        return {text(user): int(mark) for user, mark in found.items()}
+
+    async def clear_resync(self, user: str, mark: int) -> bool:
+        return bool(await self._script(CLEAR_RESYNC, [f"{self.prefix}delegation:resync"], [user, str(mark)]))
 
     # -- shared rate limits ---------------------------------------------------------
 

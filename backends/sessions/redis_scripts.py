@@ -36,7 +36,7 @@ end
 """
 
 # KEYS: session, device set, devices hash. ARGV: user, device, created, ip, seen, expires
-# ("" for none), display name, digest.
+# ("" for none), display name, digest, identity fingerprint, password fingerprint ("" for none).
 OPEN = """
 local expires = ARGV[6]
 -- Before any write: -2 for a new key, -1 for one without expiry, else its expiry.
@@ -45,6 +45,8 @@ redis.call('HSET', KEYS[1], 'user', ARGV[1], 'device_id', ARGV[2], 'created_ts',
            'last_seen_ip', ARGV[4], 'last_seen_ts', ARGV[5])
 redis.call('SADD', KEYS[2], ARGV[8])
 redis.call('HSETNX', KEYS[3], ARGV[2], ARGV[7])
+if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'identity_fp', ARGV[9]) end
+if ARGV[10] ~= '' then redis.call('HSET', KEYS[1], 'password_fp', ARGV[10]) end
 if expires ~= '' then
   redis.call('HSET', KEYS[1], 'expires_ts', expires)
   redis.call('PEXPIREAT', KEYS[1], expires)
@@ -101,6 +103,37 @@ end
 return count
 """
 
+# KEYS: devices hash. ARGV: keep_ms, base, n, then n identity fingerprints, then "1" if
+# password fingerprints follow (else "0"), then those. End the open sessions whose identity
+# fingerprint is none of those, or whose password fingerprint is none of those (sessions
+# without fingerprints stay); returns the device id of each session ended.
+END_STALE = _COMMON + """
+local keep, base, now = tonumber(ARGV[1]), ARGV[2], now_ms()
+local n = tonumber(ARGV[3])
+local identities, passwords = {}, {}
+for i = 4, 3 + n do identities[ARGV[i]] = true end
+local check_password = ARGV[4 + n] == '1'
+for i = 5 + n, #ARGV do passwords[ARGV[i]] = true end
+local ended = {}
+for _, device in ipairs(redis.call('HKEYS', KEYS[1])) do
+  local hit = false
+  for _, key in ipairs(live(base, device)) do
+    local fp = redis.call('HMGET', key, 'identity_fp', 'password_fp')
+    if fp[1] and (not identities[fp[1]] or (check_password and fp[2] and not passwords[fp[2]])) then
+      if end_session(key, now, keep) == 1 then
+        hit = true
+        table.insert(ended, device)
+      end
+    end
+  end
+  if hit and #live(base, device) == 0 then
+    redis.call('DEL', base .. 'd:' .. device)
+    redis.call('HDEL', KEYS[1], device)
+  end
+end
+return ended
+"""
+
 # KEYS: devices hash. ARGV: base, one device id or "" for all.
 # Returns device, name, last ip, last ts for each device with an open session.
 DEVICES = _COMMON + """
@@ -151,4 +184,12 @@ if ARGV[3] == '1' then
   redis.call('SET', KEYS[1], string.format('%.6f', new_full_at), 'PXAT', math.ceil(new_full_at * 1000))
 end
 return '0'
+"""
+
+# KEYS: the resync hash. ARGV: user, mark. Forget the user only if not marked again since.
+CLEAR_RESYNC = """
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  return redis.call('HDEL', KEYS[1], ARGV[1])
+end
+return 0
 """

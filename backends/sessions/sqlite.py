@@ -22,7 +22,10 @@ T = TypeVar("T")
 STORE = "session store"
 # Tombstones and expired sessions are purged at most this often (seconds), by the writer.
 PURGE_EVERY = 600.0
-_SESSION_COLUMNS = "token_hash, user, device_id, created_ts, last_seen_ip, last_seen_ts, expires_ts, ended_ts"
+_SESSION_COLUMNS = (
+    "token_hash, user, device_id, created_ts, last_seen_ip, last_seen_ts, expires_ts, ended_ts, "
+    "identity_fp, password_fp"
+)
 
 
 def _connect(path: str, timeout: float) -> sqlite3.Connection:
@@ -76,11 +79,22 @@ class SqliteSessionStore(SessionStore):
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sessions-sqlite")
         try:
             await self._write(self._open_writer)
-        except sqlite3.Error as exc:
-            raise ConfigError(f"sessions.sqlite.path: {self.path}: {exc}") from None
+        except (sqlite3.Error, OSError) as exc:
+            await self.close()
+            raise ConfigError(f"sessions.sqlite.path: {self.path}: {self._open_problem(exc)}") from None
         # The read connection is opened here, on the loop's thread, and used only there.
         self._read_conn = _connect(self.path, 0.2)
         self._read_conn.execute("PRAGMA query_only=1")
+
+    def _open_problem(self, exc: Exception) -> str:
+        """Why the file cannot be opened, in an operator's words."""
+        folder = os.path.dirname(self.path) or "."
+        if not os.path.isdir(folder):
+            return f"the folder {folder} does not exist"
+        if not os.access(folder, os.W_OK | os.X_OK):
+            # SQLite's WAL mode writes files beside the database, so the folder must be writable.
+            return f"the folder {folder} is not writable by this user (the WAL files live beside the file)"
+        return getattr(exc, "strerror", None) or str(exc)
 
     def _open_writer(self) -> None:
         if not os.path.exists(self.path):
@@ -143,9 +157,10 @@ class SqliteSessionStore(SessionStore):
     async def open(self, session: Session, display_name: str | None) -> None:
         def work(conn: sqlite3.Connection) -> None:
             conn.execute(
-                f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL)",
+                f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
                 (session.token_hash, session.user, session.device_id, session.created_ts,
-                 session.last_seen_ip, session.last_seen_ts, session.expires_ts),
+                 session.last_seen_ip, session.last_seen_ts, session.expires_ts,
+                 session.identity_fp, session.password_fp),
             )
             conn.execute(
                 "INSERT OR IGNORE INTO devices (user, device_id, display_name) VALUES (?, ?, ?)",
@@ -215,6 +230,31 @@ class SqliteSessionStore(SessionStore):
 
         return await self._write(self._transaction(work))
 
+    async def end_stale(self, user: str, identity_fps: list[str], password_fps: list[str] | None) -> list[str]:
+        stale = f"identity_fp NOT IN ({', '.join('?' * len(identity_fps))})"
+        args: list[Any] = [user, *identity_fps]
+        if password_fps is not None:
+            stale += f" OR (password_fp IS NOT NULL AND password_fp NOT IN ({', '.join('?' * len(password_fps))}))"
+            args += password_fps
+        where = f"user = ? AND ended_ts IS NULL AND identity_fp IS NOT NULL AND ({stale})"
+
+        def work(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute(
+                f"UPDATE sessions SET ended_ts = ? WHERE {where} RETURNING device_id", [_now_ms(), *args]
+            ).fetchall()
+            devices = [row[0] for row in rows]
+            self._drop_unused_devices(conn, user, devices)
+            return devices
+
+        def run() -> list[str]:
+            # The sweep asks this of every user each time: a read first, so the usual "none"
+            # takes no write lock from the other processes.
+            if self._conn().execute(f"SELECT 1 FROM sessions WHERE {where} LIMIT 1", args).fetchone() is None:
+                return []
+            return self._transaction(work)()
+
+        return await self._write(run)
+
     @staticmethod
     def _drop_unused_devices(conn: sqlite3.Connection, user: str, device_ids: list[str]) -> None:
         """A device lives while a session of it is open: forget those with none left."""
@@ -267,6 +307,45 @@ class SqliteSessionStore(SessionStore):
             lambda: self._conn().execute("SELECT DISTINCT user FROM sessions WHERE ended_ts IS NULL").fetchall()
         )
         return [row[0] for row in rows]
+
+    # -- delegation -----------------------------------------------------------------
+
+    async def provisioned(self, user: str) -> str | None:
+        row = await self._write(
+            lambda: self._conn().execute("SELECT digest FROM delegation_users WHERE user = ?", (user,)).fetchone()
+        )
+        return row[0] if row else None
+
+    async def set_provisioned(self, user: str, digest: str) -> None:
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO delegation_users (user, digest) VALUES (?, ?) "
+                "ON CONFLICT (user) DO UPDATE SET digest = excluded.digest",
+                (user, digest),
+            )
+
+        await self._write(self._transaction(work))
+
+    async def mark_resync(self, user: str, mark: int) -> None:
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO delegation_resync (user, mark) VALUES (?, ?) "
+                "ON CONFLICT (user) DO UPDATE SET mark = excluded.mark",
+                (user, mark),
+            )
+
+        await self._write(self._transaction(work))
+
+    async def resyncs(self) -> dict[str, int]:
+        rows = await self._write(lambda: self._conn().execute("SELECT user, mark FROM delegation_resync").fetchall())
+        return {user: mark for user, mark in rows}
+
+    async def clear_resync(self, user: str, mark: int) -> bool:
+        def work(conn: sqlite3.Connection) -> bool:
+            cursor = conn.execute("DELETE FROM delegation_resync WHERE user = ? AND mark = ?", (user, mark))
+            return cursor.rowcount > 0
+
+        return await self._write(self._transaction(work))
 
     # -- shared rate limits ---------------------------------------------------------
 

@@ -30,6 +30,24 @@ MIGRATIONS: list[str] = [
         full_at REAL NOT NULL           -- when the bucket is full again (GCRA), Unix seconds
     ) WITHOUT ROWID;
     """,
+    # Delegation: the profile digest last provisioned at Synapse per user, and the users
+    # whose devices Synapse must be told again (a call failed while it was away).
+    """
+    CREATE TABLE delegation_users (
+        user   TEXT PRIMARY KEY,
+        digest TEXT NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE delegation_resync (
+        user TEXT PRIMARY KEY,
+        mark INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    """,
+    # Account state: keyed digests of the identity and the password a session was opened
+    # with, so a replaced account or a changed password ends it (NULL: opened before).
+    """
+    ALTER TABLE sessions ADD COLUMN identity_fp TEXT;
+    ALTER TABLE sessions ADD COLUMN password_fp TEXT;
+    """,
 ]
 VERSION = len(MIGRATIONS)
 

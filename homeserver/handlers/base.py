@@ -10,8 +10,7 @@ import tornado
 from tornado import httputil
 from tornado.web import HTTPError, RequestHandler
 
-from homeserver import request_id
-from homeserver.auth import Requester
+from homeserver import audit, request_id
 from homeserver.context import HomeServer
 from homeserver.errors import (
     M_INVALID_PARAM,
@@ -27,6 +26,7 @@ from homeserver.errors import (
 )
 from homeserver.jsonio import encode_json
 from homeserver.logs import scrub_uri
+from homeserver.requester import Requester
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +80,7 @@ class BaseHandler(RequestHandler):
         """The client's address: the peer, or X-Forwarded-For from a trusted proxy."""
         if self._client_ip is None:
             self._client_ip = self.hs.client_address(self.request)
+            audit.client_address.set(self._client_ip)  # for the audit lines the request writes
         return self._client_ip
 
     def clear(self) -> None:
@@ -226,9 +227,11 @@ class BaseHandler(RequestHandler):
                 raise unknown_token() from None
         raise MatrixError(401, M_MISSING_TOKEN, "Missing access token.")
 
-    async def authenticate(self) -> Requester:
-        """Authenticate the request's access token (homeserver.auth); sets `self.requester`."""
-        self.requester = await self.hs.auth.requester(self.access_token(), self.client_ip)
+    async def authenticate(self, *, allow_locked: bool = False) -> Requester:
+        """Authenticate the request's access token (homeserver.auth); sets `self.requester`.
+
+        A locked account's token is 401 M_USER_LOCKED unless `allow_locked` (logout)."""
+        self.requester = await self.hs.auth.requester(self.access_token(), self.client_ip, allow_locked=allow_locked)
         return self.requester
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from tornado.web import stream_request_body
@@ -9,6 +10,8 @@ from tornado.web import stream_request_body
 from homeserver.errors import too_large
 from homeserver.handlers.base import BaseHandler
 from homeserver.jsonio import decode_json_object
+
+logger = logging.getLogger(__name__)
 
 BODY_METHODS = ("POST", "PUT", "DELETE", "PATCH")
 
@@ -26,6 +29,8 @@ class BodyHandler(BaseHandler):
         self._chunks: list[bytes] = []
         self._size = 0
         self._limit = self.hs.max_body_size
+        # Tests of the shutdown wait for this line: the request is in flight from here on.
+        logger.debug("%s %s: reading the body", self.request.method, self.request.path)
         if self.request.method in BODY_METHODS:
             length = self.request.headers.get("Content-Length", "")
             if length.isdigit() and int(length) > self._limit:

@@ -14,7 +14,8 @@ class LogoutHandler(BodyHandler):
 
     async def post(self) -> None:
         self.check_body_size()
-        requester = await self.authenticate()
+        # A locked account may still sign out (v1.12 "Account locking").
+        requester = await self.authenticate(allow_locked=True)
         await self.hs.devices.logout(requester.session)
         self.finish(EMPTY)
 
@@ -24,7 +25,8 @@ class LogoutAllHandler(BodyHandler):
 
     async def post(self) -> None:
         self.check_body_size()
-        requester = await self.authenticate()
+        # A locked account may still sign out (v1.12 "Account locking").
+        requester = await self.authenticate(allow_locked=True)
         await self.hs.devices.logout_all(requester.user.name)
         self.finish(EMPTY)
 

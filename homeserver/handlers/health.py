@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 
 from homeserver.errors import shutting_down, unrecognized
@@ -20,9 +21,19 @@ class LivenessHandler(BaseHandler):
 class ReadinessHandler(BaseHandler):
     """Ready for traffic: both stores answer and no shutdown is under way; else 503 naming what is not."""
 
+    access_log_level: int | None = None
+
     async def get(self) -> None:
         if self.hs.inflight.draining:
-            raise shutting_down(retry_after=5)
+            # Expected during every drain: answered here rather than raised, so it is not
+            # logged as a server error, and its access line is INFO, not ERROR.
+            self.access_log_level = logging.INFO
+            error = shutting_down(retry_after=5)
+            for name, value in error.headers.items():
+                self.set_header(name, value)
+            self.set_status(error.status)
+            self.write_json(error.body())
+            return
         # Both stores, at once: every authenticated request needs the session store too.
         await asyncio.gather(self.hs.users.check_health(), self.hs.sessions.store.check_health())
         self.write_json({"status": "ready"})

@@ -4,10 +4,10 @@ from tests.backends.redis_servers import (
     redis_cluster,
     redis_server,
     redis_url,
+    redis_users,
     sentinel_setup,
-    store,
 )
 from tests.backends.slapd import slapd
 
 # Re-exported so pytest finds them for every module in this folder.
-__all__ = ["redis_cluster", "redis_server", "redis_url", "sentinel_setup", "slapd", "store"]
+__all__ = ["redis_cluster", "redis_server", "redis_url", "redis_users", "sentinel_setup", "slapd"]

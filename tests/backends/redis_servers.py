@@ -183,19 +183,19 @@ def make_store(url: str) -> Store:
 
 
 @pytest.fixture
-def store(redis_url, user_records) -> Iterator[Store]:
+def redis_users(redis_url, user_records) -> Iterator[Store]:
     """The users of `user_records` as hashes under a fresh key prefix, removed afterwards."""
-    store = make_store(redis_url)
+    redis_users = make_store(redis_url)
     for record in user_records:
-        store.put_record(record)
-    yield store
-    store.clear()
-    store.client.close()
+        redis_users.put_record(record)
+    yield redis_users
+    redis_users.clear()
+    redis_users.client.close()
 
 
-def redis_overrides(store: Store, **options: Any) -> dict[str, dict[str, Any]]:
-    """config_overrides selecting the Redis backend on `store`."""
-    section = {"url": store.url, "key_prefix": store.prefix, "email_key_prefix": store.email_prefix, **options}
+def redis_overrides(redis_users: Store, **options: Any) -> dict[str, dict[str, Any]]:
+    """config_overrides selecting the Redis backend on `redis_users`."""
+    section = {"url": redis_users.url, "key_prefix": redis_users.prefix, "email_key_prefix": redis_users.email_prefix, **options}
     return {"backend": {"type": "redis"}, "backend.redis": section}
 
 

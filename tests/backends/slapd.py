@@ -69,20 +69,42 @@ def make_certificates(directory: str) -> dict[str, str]:
     return paths
 
 
-# Active Directory's two logon-name attributes (their real OIDs) and an auxiliary class to
-# carry them, so AD-shaped entries live in a real OpenLDAP: the backend searches the very
-# attribute names an AD domain controller has.
+# Active Directory's logon-name and account-state attributes (their real OIDs) and an
+# auxiliary class to carry them, so AD-shaped entries live in a real OpenLDAP: the backend
+# searches and reads the very attribute names an AD domain controller has. Likewise
+# 389-DS / FreeIPA's nsAccountLock (its real OID; the class is made up).
 AD_SCHEMA = """dn: cn=adtest,cn=schema,cn=config
 objectClass: olcSchemaConfig
 cn: adtest
 olcAttributeTypes: ( 1.2.840.113556.1.4.221 NAME 'sAMAccountName' EQUALITY caseIgnoreMatch SUBSTR caseIgnoreSubstringsMatch SYNTAX 1.3.6.1.4.1.1466.115.121.1.15 SINGLE-VALUE )
 olcAttributeTypes: ( 1.2.840.113556.1.4.656 NAME 'userPrincipalName' EQUALITY caseIgnoreMatch SUBSTR caseIgnoreSubstringsMatch SYNTAX 1.3.6.1.4.1.1466.115.121.1.15 SINGLE-VALUE )
-olcObjectClasses: ( 1.2.840.113556.1.5.9 NAME 'adUser' SUP top AUXILIARY MAY ( sAMAccountName $ userPrincipalName ) )
+olcAttributeTypes: ( 1.2.840.113556.1.4.8 NAME 'userAccountControl' EQUALITY integerMatch ORDERING integerOrderingMatch SYNTAX 1.3.6.1.4.1.1466.115.121.1.27 SINGLE-VALUE )
+olcAttributeTypes: ( 1.2.840.113556.1.4.662 NAME 'lockoutTime' EQUALITY integerMatch ORDERING integerOrderingMatch SYNTAX 1.3.6.1.4.1.1466.115.121.1.27 SINGLE-VALUE )
+olcAttributeTypes: ( 1.2.840.113556.1.4.96 NAME 'pwdLastSet' EQUALITY integerMatch ORDERING integerOrderingMatch SYNTAX 1.3.6.1.4.1.1466.115.121.1.27 SINGLE-VALUE )
+olcAttributeTypes: ( 1.2.840.113556.1.4.2 NAME 'objectGUID' EQUALITY octetStringMatch SYNTAX 1.3.6.1.4.1.1466.115.121.1.40 SINGLE-VALUE )
+olcAttributeTypes: ( 2.16.840.1.113730.3.1.610 NAME 'nsAccountLock' EQUALITY caseIgnoreMatch SYNTAX 1.3.6.1.4.1.1466.115.121.1.15 SINGLE-VALUE )
+olcObjectClasses: ( 1.2.840.113556.1.5.9 NAME 'adUser' SUP top AUXILIARY MAY ( sAMAccountName $ userPrincipalName $ userAccountControl $ lockoutTime $ pwdLastSet $ objectGUID ) )
+olcObjectClasses: ( 2.16.840.1.113730.3.2.999 NAME 'nsLockable' SUP top AUXILIARY MAY nsAccountLock )
 
 """
 
 
-def _config_ldif(directory: str, tls: dict[str, str] | None) -> str:
+PPOLICY_OVERLAY = f"""
+dn: olcOverlay=ppolicy,olcDatabase={{1}}mdb,cn=config
+objectClass: olcOverlayConfig
+objectClass: olcPPolicyConfig
+olcOverlay: ppolicy
+olcPPolicyDefault: cn=default-policy,{SUFFIX}
+"""
+
+
+def ppolicy_available() -> bool:
+    return os.path.exists(os.path.join(MODULE_DIR, "ppolicy.la")) or os.path.exists(
+        os.path.join(MODULE_DIR, "ppolicy.so")
+    )
+
+
+def _config_ldif(directory: str, tls: dict[str, str] | None, ppolicy: bool = False) -> str:
     tls_lines = ""
     if tls:
         tls_lines = (
@@ -103,6 +125,7 @@ objectClass: olcModuleList
 cn: module{{0}}
 olcModulePath: {MODULE_DIR}
 olcModuleLoad: back_mdb
+{"olcModuleLoad: ppolicy" if ppolicy else ""}
 
 dn: cn=schema,cn=config
 objectClass: olcSchemaConfig
@@ -119,7 +142,7 @@ olcDbDirectory: {directory}/db
 olcDbIndex: uid eq
 olcAccess: {{0}}to attrs=userPassword by dn.exact="{READER_DN}" read by anonymous auth by * none
 olcAccess: {{1}}to * by * read
-"""
+{PPOLICY_OVERLAY if ppolicy else ""}"""
 
 
 def person(uid: str, ou: str = "people", more_uids: tuple[str, ...] = (), **attrs: str | list[str]) -> str:
@@ -162,12 +185,13 @@ userPassword: {ssha(READER_PASSWORD)}
 class Slapd:
     """One private slapd: config and data built offline, then `slapd -d 0` in the foreground."""
 
-    def __init__(self, ldif: str, *, tls: bool = True) -> None:
+    def __init__(self, ldif: str, *, tls: bool = True, ppolicy: bool = False) -> None:
         self.slapd, self.slapadd = _tool("slapd"), _tool("slapadd")
         self.ldapwhoami = _tool("ldapwhoami")
         self.directory = tempfile.mkdtemp(prefix="homeserver-slapd-")
         self.tls = make_certificates(self.directory) if tls else None
         self.ldif = ldif
+        self.ppolicy = ppolicy
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
         self._build()
@@ -187,7 +211,7 @@ class Slapd:
         config = os.path.join(self.directory, "config.ldif")
         data = os.path.join(self.directory, "data.ldif")
         with open(config, "w") as fh:
-            fh.write(_config_ldif(self.directory, self.tls))
+            fh.write(_config_ldif(self.directory, self.tls, self.ppolicy))
         with open(data, "w") as fh:
             fh.write(self.ldif)
         for number, path in (("0", config), ("1", data)):

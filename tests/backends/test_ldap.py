@@ -255,9 +255,11 @@ async def test_filter_is_anded_with_the_name(fetch, ldap_extra):
     assert_json(await try_login(fetch, "alice", "wonderland"))
 
 
-@pytest.mark.parametrize("ldap_extra", [{"filter": "objectClass=inetOrgPerson"}])
-async def test_filter_without_parentheses(login):
-    await login("alice", "wonderland")
+@pytest.mark.parametrize("ldap_extra", [{"filter": "employeeType=disabled"}])
+async def test_filter_without_parentheses(fetch, login):
+    """A filter written without its parentheses is still applied: only the entry it matches logs in."""
+    await login("mallory", "mallory-pw")
+    assert_error(await try_login(fetch, "alice", "wonderland"), 403, "M_FORBIDDEN", "Invalid username")
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ def user_records():
 def config_overrides(request):
     if request.param == "file":
         return {}
-    return redis_overrides(request.getfixturevalue("store"))
+    return redis_overrides(request.getfixturevalue("redis_users"))
 
 
 @pytest.fixture(autouse=True)
@@ -103,7 +103,7 @@ class TestLimits:
     def config_overrides(self, request):
         limits = {"rate_limit": {"failed_attempts_burst": 2}}
         if request.param == "redis":
-            return {**redis_overrides(request.getfixturevalue("store")), **limits}
+            return {**redis_overrides(request.getfixturevalue("redis_users")), **limits}
         return limits
 
     async def test_failures_count_on_the_address_and_on_the_account(self, fetch):

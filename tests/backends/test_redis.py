@@ -16,35 +16,35 @@ from tests.helpers import assert_error, assert_json, record
 
 
 @pytest.fixture
-def config_overrides(store):
-    return redis_overrides(store)
+def config_overrides(redis_users):
+    return redis_overrides(redis_users)
 
 
-async def test_lower_case_fallback_only(store, fetch, login):
+async def test_lower_case_fallback_only(redis_users, fetch, login):
     """Redis tries the lower-cased name, so a stored mixed-case name matches only exactly."""
-    store.put_record(record("Carol", "pw"))
+    redis_users.put_record(record("Carol", "pw"))
     assert (await login("Carol", "pw"))["user_id"] == "@Carol:localhost"
     resp = await fetch(LOGIN, "POST", json_body=login_body("carol", "pw"))
     assert_error(resp, 403, "M_FORBIDDEN", "Invalid username")
 
 
-async def test_users_appear_and_vanish_without_restart(store, fetch, login):
+async def test_users_appear_and_vanish_without_restart(redis_users, fetch, login):
     """Many processes share the store: every request reads the current hash."""
-    store.put_record(record("dave", "pw", "+d", display_name="Dave"))
+    redis_users.put_record(record("dave", "pw", "+d", display_name="Dave"))
     token = (await login("dave", "pw"))["access_token"]
     assert assert_json(await fetch(PROFILE + "@dave:localhost")) == {"displayname": "Dave+d"}
-    store.client.delete(store.prefix + "dave")
+    redis_users.client.delete(redis_users.prefix + "dave")
     assert_error(await fetch(WHOAMI, token=token), 401, "M_UNKNOWN_TOKEN")
     assert_error(await fetch(PROFILE + "@dave:localhost"), 404, "M_NOT_FOUND", "Profile not found")
 
 
-async def test_other_prefixes_are_invisible(store, fetch):
-    store.client.hset("elsewhere:user:erin", mapping={"password": record("erin")["password"], "ident": "e"})
+async def test_other_prefixes_are_invisible(redis_users, fetch):
+    redis_users.client.hset("elsewhere:user:erin", mapping={"password": record("erin")["password"], "ident": "e"})
     try:
         resp = await fetch(LOGIN, "POST", json_body=login_body("erin", "secret"))
         assert_error(resp, 403, "M_FORBIDDEN", "Invalid username")
     finally:
-        store.client.delete("elsewhere:user:erin")
+        redis_users.client.delete("elsewhere:user:erin")
 
 
 @pytest.mark.parametrize(
@@ -56,14 +56,14 @@ async def test_other_prefixes_are_invisible(store, fetch):
         (lambda s: s.client.hset(s.prefix + "broken", mapping={"password": "ab", "ident": b"\xff"}), "not UTF-8"),
     ],
 )
-async def test_malformed_record_is_a_logged_500(store, fetch, caplog, setup, problem):
-    setup(store)
+async def test_malformed_record_is_a_logged_500(redis_users, fetch, caplog, setup, problem):
+    setup(redis_users)
     with caplog.at_level(logging.ERROR):
         resp = await fetch(LOGIN, "POST", json_body=login_body("broken", "secret"))
         assert_error(resp, 500, "M_UNKNOWN", "Internal server error")
         assert_error(await fetch(PROFILE + "@broken:localhost"), 500, "M_UNKNOWN", "Internal server error")
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
-    assert any(store.prefix + "broken" in m and problem in m for m in errors), errors
+    assert any(redis_users.prefix + "broken" in m and problem in m for m in errors), errors
     # Other users are unaffected.
     assert_json(await fetch(PROFILE + "@alice:localhost"))
 

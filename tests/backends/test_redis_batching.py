@@ -12,8 +12,8 @@ from tests.helpers import record
 
 
 @pytest.fixture
-def config_overrides(store):
-    return redis_overrides(store)
+def config_overrides(redis_users):
+    return redis_overrides(redis_users)
 
 
 def count_pipelines(monkeypatch, backend) -> list[int]:
@@ -37,10 +37,10 @@ def count_pipelines(monkeypatch, backend) -> list[int]:
     return sizes
 
 
-async def test_concurrent_lookups_share_a_pipeline_and_get_their_own_user(store, backend, monkeypatch):
+async def test_concurrent_lookups_share_a_pipeline_and_get_their_own_user(redis_users, backend, monkeypatch):
     names = [f"user{i}" for i in range(20)]
     for name in names:
-        store.put_record(record(name, ident=f"-{name}"))
+        redis_users.put_record(record(name, ident=f"-{name}"))
     sizes = count_pipelines(monkeypatch, backend)
     users = await asyncio.gather(*(backend.get_user(n) for n in [*names, "nobody"]))
     assert [u.name for u in users[:-1]] == names
@@ -49,9 +49,9 @@ async def test_concurrent_lookups_share_a_pipeline_and_get_their_own_user(store,
     assert sizes and sum(sizes) == 21 and max(sizes) > 1
 
 
-async def test_a_bad_key_fails_only_its_own_lookup(store, backend):
-    store.put_record(record("good"))
-    store.client.set(store.prefix + "broken", "a string")
+async def test_a_bad_key_fails_only_its_own_lookup(redis_users, backend):
+    redis_users.put_record(record("good"))
+    redis_users.client.set(redis_users.prefix + "broken", "a string")
     good, broken = await asyncio.gather(
         backend.get_user("good"), backend.get_user("broken"), return_exceptions=True
     )
@@ -59,13 +59,13 @@ async def test_a_bad_key_fails_only_its_own_lookup(store, backend):
     assert isinstance(broken, StoreDataError) and "is not a hash" in str(broken)
 
 
-async def test_a_lone_lookup_is_a_plain_command(store, backend, monkeypatch):
+async def test_a_lone_lookup_is_a_plain_command(redis_users, backend, monkeypatch):
     sizes = count_pipelines(monkeypatch, backend)
     assert (await backend.get_user("alice")).name == "alice"
     assert sizes == []
 
 
-async def test_a_deleted_user_is_gone_for_the_next_lookup(store, backend):
+async def test_a_deleted_user_is_gone_for_the_next_lookup(redis_users, backend):
     assert (await backend.get_user("alice")) is not None
-    store.client.delete(store.prefix + "alice")
+    redis_users.client.delete(redis_users.prefix + "alice")
     assert (await backend.get_user("alice")) is None

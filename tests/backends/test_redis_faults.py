@@ -25,17 +25,17 @@ FAULT_BOUND = 5.0
 
 
 @pytest.fixture
-def store(redis_server, user_records):
-    store = make_store(redis_server.url)
+def private_redis_users(redis_server, user_records):
+    private_redis_users = make_store(redis_server.url)
     for record in user_records:
-        store.put_record(record)
-    yield store
-    store.client.close()
+        private_redis_users.put_record(record)
+    yield private_redis_users
+    private_redis_users.client.close()
 
 
 @pytest.fixture
-def config_overrides(store):
-    return redis_overrides(store, retry_after=RETRY_AFTER, max_connections=3)
+def config_overrides(private_redis_users):
+    return redis_overrides(private_redis_users, retry_after=RETRY_AFTER, max_connections=3)
 
 
 async def assert_unavailable(fetch, path, method="GET", **kwargs):
@@ -76,7 +76,7 @@ async def test_paused_redis_gives_503_then_recovers(redis_server, fetch, login):
     await assert_serving(fetch, login, token)
 
 
-async def test_stopped_redis_gives_503_then_recovers_after_restart(redis_server, store, user_records, fetch, login):
+async def test_stopped_redis_gives_503_then_recovers_after_restart(redis_server, private_redis_users, user_records, fetch, login):
     token = (await login())["access_token"]
     redis_server.stop()
     await assert_unavailable(fetch, LOGIN, "POST", json_body=login_body("alice", "wonderland"))
@@ -84,7 +84,7 @@ async def test_stopped_redis_gives_503_then_recovers_after_restart(redis_server,
     await assert_store_free_endpoints_answer(fetch)
     redis_server.start()  # same port, empty: the test server keeps no data
     for record in user_records:
-        store.put_record(record)
+        private_redis_users.put_record(record)
     await assert_serving(fetch, login, token)
 
 

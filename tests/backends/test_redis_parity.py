@@ -37,7 +37,7 @@ def config_overrides(request):
         # Load the records with unusable passwords (by default a start-up error), so the
         # file backend answers their logins as Redis does.
         return {"backend.file": {"check_passwords": False}}
-    return redis_overrides(request.getfixturevalue("store"))
+    return redis_overrides(request.getfixturevalue("redis_users"))
 
 
 @pytest.fixture(autouse=True)

@@ -15,13 +15,13 @@ from tests.servers import ROOT, call, login
 
 
 @pytest.fixture
-def env(store) -> dict[str, str]:
+def env(redis_users) -> dict[str, str]:
     """The documented environment overrides selecting Redis; no config file is written."""
     return dict(
         os.environ,
         HOMESERVER_BACKEND__TYPE="redis",
-        HOMESERVER_BACKEND__REDIS__URL=store.url,
-        HOMESERVER_BACKEND__REDIS__KEY_PREFIX=store.prefix,
+        HOMESERVER_BACKEND__REDIS__URL=redis_users.url,
+        HOMESERVER_BACKEND__REDIS__KEY_PREFIX=redis_users.prefix,
         HOMESERVER_AUTH__JWT_SECRET=JWT_SECRET,
         HOMESERVER_RATE_LIMIT__ENABLED="false",
     )
@@ -48,7 +48,7 @@ def servers(env) -> Iterator[list[int]]:
             proc.wait(10)
 
 
-def test_processes_share_the_store(servers, env, store):
+def test_processes_share_the_store(servers, env, redis_users):
     a, b = servers
     assert login(a, "nina", "pw")[0] == 403
     added = subprocess.run(
@@ -63,7 +63,7 @@ def test_processes_share_the_store(servers, env, store):
     assert login(b, "NINA", "pw")[1]["user_id"] == "@nina:localhost"
     assert call(b, "/_matrix/client/v3/account/whoami", token=token)[0] == 200
     assert call(b, "/_matrix/client/v3/profile/@nina:localhost") == (200, {"displayname": "nina-id"})
-    store.client.delete(store.prefix + "nina")
+    redis_users.client.delete(redis_users.prefix + "nina")
     for port in servers:
         status, body = call(port, "/_matrix/client/v3/account/whoami", token=token)
         assert (status, body["errcode"]) == (401, "M_UNKNOWN_TOKEN")

@@ -28,6 +28,16 @@ class TestPausedRedis:
     def config_overrides(self, redis_server):
         return session_overrides(redis_server.url, retry_after=7, socket_timeout=0.5, connect_timeout=0.5)
 
+    async def test_readiness_asks_the_session_store_too(self, redis_server, fetch):
+        """Users in the file, sessions on a Redis that is down: not ready, naming the session store."""
+        assert assert_json(await fetch("/health/ready")) == {"status": "ready"}
+        redis_server.stop()
+        resp = await fetch("/health/ready")
+        body = assert_error(resp, 503, "M_UNKNOWN")
+        assert "session store" in body["error"] and resp.headers["Retry-After"] == "7"
+        redis_server.start()
+        assert assert_json(await fetch("/health/ready")) == {"status": "ready"}
+
     async def test_a_paused_store_is_503_then_recovers_and_limits_fall_back(self, redis_server, fetch, login, hs):
         token = (await login())["access_token"]
         redis_server.pause()

@@ -28,74 +28,74 @@ def store_options(kind: str, tmp_path, request) -> dict:
 
 
 @pytest.fixture(params=["sqlite", "redis"])
-def store(request, tmp_path, io_loop):
-    store = create_session_store(request.param, store_options(request.param, tmp_path, request), config_dir=str(tmp_path))
-    io_loop.run_sync(store.start)
-    yield store
-    io_loop.run_sync(store.close)
+def each_session_store(request, tmp_path, io_loop):
+    each_session_store = create_session_store(request.param, store_options(request.param, tmp_path, request), config_dir=str(tmp_path))
+    io_loop.run_sync(each_session_store.start)
+    yield each_session_store
+    io_loop.run_sync(each_session_store.close)
 
 
-async def test_open_get_end_keeps_a_tombstone(store):
-    await store.open(session("h1"), "Phone")
-    got = await store.get("alice", "h1")
+async def test_open_get_end_keeps_a_tombstone(each_session_store):
+    await each_session_store.open(session("h1"), "Phone")
+    got = await each_session_store.get("alice", "h1")
     assert got is not None and got.ended_ts is None and got.device_id == "D1"
-    assert await store.get("bob", "h1") is None  # another user's token digest is nobody's
-    assert await store.get("alice", "nope") is None
-    assert await store.end("alice", "h1") is True
-    assert await store.end("alice", "h1") is False
-    ended = await store.get("alice", "h1")
+    assert await each_session_store.get("bob", "h1") is None  # another user's token digest is nobody's
+    assert await each_session_store.get("alice", "nope") is None
+    assert await each_session_store.end("alice", "h1") is True
+    assert await each_session_store.end("alice", "h1") is False
+    ended = await each_session_store.get("alice", "h1")
     assert ended is not None and ended.ended_ts is not None
 
 
-async def test_devices_live_while_a_session_is_open(store):
-    await store.open(session("a", device="D1", ts=1000), "First")
-    await store.open(session("b", device="D1", ts=2000), "Ignored: the device exists")
-    await store.open(session("c", device="D2", ts=3000), None)
-    devices = {d.device_id: d for d in await store.devices("alice")}
+async def test_devices_live_while_a_session_is_open(each_session_store):
+    await each_session_store.open(session("a", device="D1", ts=1000), "First")
+    await each_session_store.open(session("b", device="D1", ts=2000), "Ignored: the device exists")
+    await each_session_store.open(session("c", device="D2", ts=3000), None)
+    devices = {d.device_id: d for d in await each_session_store.devices("alice")}
     assert devices["D1"].display_name == "First" and devices["D2"].display_name == ""
     assert devices["D1"].last_seen_ts == 2000
-    await store.touch("alice", "a", "10.9.9.9", 5000)
-    d1 = await store.device("alice", "D1")
+    await each_session_store.touch("alice", "a", "10.9.9.9", 5000)
+    d1 = await each_session_store.device("alice", "D1")
     assert (d1.last_seen_ip, d1.last_seen_ts) == ("10.9.9.9", 5000)
-    assert await store.rename_device("alice", "D2", "Laptop") is True
-    assert (await store.device("alice", "D2")).display_name == "Laptop"
-    assert await store.rename_device("alice", "NOPE", "x") is False
-    assert await store.end("alice", "a") and await store.device("alice", "D1") is not None
-    assert await store.end("alice", "b") and await store.device("alice", "D1") is None
-    assert [d.device_id for d in await store.devices("alice")] == ["D2"]
-    assert await store.users() == ["alice"]
-    assert await store.end_devices("alice", ["D2", "D2", "NEVER"]) == 1
-    assert await store.devices("alice") == [] and await store.users() == []
+    assert await each_session_store.rename_device("alice", "D2", "Laptop") is True
+    assert (await each_session_store.device("alice", "D2")).display_name == "Laptop"
+    assert await each_session_store.rename_device("alice", "NOPE", "x") is False
+    assert await each_session_store.end("alice", "a") and await each_session_store.device("alice", "D1") is not None
+    assert await each_session_store.end("alice", "b") and await each_session_store.device("alice", "D1") is None
+    assert [d.device_id for d in await each_session_store.devices("alice")] == ["D2"]
+    assert await each_session_store.users() == ["alice"]
+    assert await each_session_store.end_devices("alice", ["D2", "D2", "NEVER"]) == 1
+    assert await each_session_store.devices("alice") == [] and await each_session_store.users() == []
 
 
-async def test_end_all_of_one_user_only(store):
+async def test_end_all_of_one_user_only(each_session_store):
     for i, user in enumerate(["alice", "alice", "bob"]):
-        await store.open(session(f"h{i}", user=user, device=f"D{i}"), None)
-    assert await store.end_devices("alice", None) == 2
-    assert [d.device_id for d in await store.devices("bob")] == ["D2"]
-    assert (await store.get("alice", "h0")).ended_ts is not None
+        await each_session_store.open(session(f"h{i}", user=user, device=f"D{i}"), None)
+    assert await each_session_store.end_devices("alice", None) == 2
+    assert [d.device_id for d in await each_session_store.devices("bob")] == ["D2"]
+    assert (await each_session_store.get("alice", "h0")).ended_ts is not None
 
 
-async def test_expired_sessions_are_gone(store):
+async def test_expired_sessions_are_gone(each_session_store):
     now = int(time.time() * 1000)
-    await store.open(session("old", expires_ts=now - 1), None)
-    await store.open(session("new", expires_ts=now + 60_000), None)
-    assert await store.get("alice", "old") is None
-    assert (await store.get("alice", "new")).expires_ts == now + 60_000
+    await each_session_store.open(session("old", expires_ts=now - 1), None)
+    await each_session_store.open(session("new", expires_ts=now + 60_000), None)
+    assert await each_session_store.get("alice", "old") is None
+    assert (await each_session_store.get("alice", "new")).expires_ts == now + 60_000
 
 
 @pytest.mark.parametrize("rate, burst", [(1.0, 3), (0.17, 3), (10.0, 1)])
-async def test_rate_limit_is_the_gcra_of_token_buckets(store, rate, burst):
+async def test_rate_limit_is_the_gcra_of_token_buckets(each_session_store, rate, burst):
     local = TokenBuckets(rate, burst)
     interval, capacity = local.interval, local.capacity
-    shared = [await store.rate_limit("k", interval, capacity) for _ in range(burst + 2)]
+    shared = [await each_session_store.rate_limit("k", interval, capacity) for _ in range(burst + 2)]
     expected = [local.take("k") for _ in range(burst + 2)]
     assert [w == 0.0 for w in shared] == [w == 0.0 for w in expected]
     assert shared[-1] == pytest.approx(expected[-1], abs=0.05)
     # Peeking takes nothing.
-    peek = await store.rate_limit("k", interval, capacity, take=False)
+    peek = await each_session_store.rate_limit("k", interval, capacity, take=False)
     assert peek == pytest.approx(expected[-1], abs=0.05)
-    assert await store.rate_limit("other", interval, capacity, take=False) == 0.0
+    assert await each_session_store.rate_limit("other", interval, capacity, take=False) == 0.0
 
 
 def test_migration_from_an_empty_and_an_older_file(tmp_path):
@@ -107,4 +107,86 @@ def test_migration_from_an_empty_and_an_older_file(tmp_path):
     conn.execute(f"PRAGMA user_version = {VERSION + 1}")
     with pytest.raises(sqlite3.DatabaseError, match="newer"):
         migrate(conn)
+    conn.close()
+
+
+async def test_delegation_provisioned_digest(each_session_store):
+    assert await each_session_store.provisioned("alice") is None
+    await each_session_store.set_provisioned("alice", "d1")
+    await each_session_store.set_provisioned("alice", "d2")
+    assert await each_session_store.provisioned("alice") == "d2"
+    assert await each_session_store.provisioned("bob") is None
+
+
+async def test_delegation_resync_is_cleared_only_if_not_marked_again(each_session_store):
+    assert await each_session_store.resyncs() == {}
+    await each_session_store.mark_resync("alice", 1)
+    await each_session_store.mark_resync("bob", 5)
+    await each_session_store.mark_resync("alice", 2)  # a second failure while the first is retried
+    assert await each_session_store.resyncs() == {"alice": 2, "bob": 5}
+    assert not await each_session_store.clear_resync("alice", 1)  # the retry read mark 1: alice stays
+    assert await each_session_store.clear_resync("alice", 2)
+    assert await each_session_store.clear_resync("bob", 5)
+    assert await each_session_store.resyncs() == {}
+
+
+# -- credential fingerprints (account state) ------------------------------------------------
+
+
+async def test_fingerprints_are_kept_with_the_session(each_session_store):
+    await each_session_store.open(session("f1", identity_fp="id-a", password_fp="pw-a"), None)
+    await each_session_store.open(session("f0"), None)  # opened before fingerprints were kept
+    got = await each_session_store.get("alice", "f1")
+    assert (got.identity_fp, got.password_fp) == ("id-a", "pw-a")
+    old = await each_session_store.get("alice", "f0")
+    assert (old.identity_fp, old.password_fp) == (None, None)
+
+
+async def test_end_stale_ends_only_sessions_of_other_credentials(each_session_store):
+    store = each_session_store
+    await store.open(session("s1", device="OLD", identity_fp="id-a", password_fp="pw-a"), None)
+    await store.open(session("s2", device="OLD", identity_fp="id-a", password_fp="pw-a"), None)
+    await store.open(session("s3", device="NEW", identity_fp="id-a", password_fp="pw-b"), None)
+    await store.open(session("s4", device="LEGACY"), None)
+    await store.open(session("s5", user="bob", device="OLD", identity_fp="id-x", password_fp="pw-x"), None)
+    # The password changed to pw-b: s1 and s2 (one device) end, s3 (opened since) stays,
+    # the session without fingerprints stays, another user's stays.
+    ended = await store.end_stale("alice", ["id-a"], ["pw-b"])
+    assert sorted(ended) == ["OLD", "OLD"]
+    assert (await store.get("alice", "s1")).ended_ts is not None
+    assert (await store.get("alice", "s2")).ended_ts is not None
+    assert (await store.get("alice", "s3")).ended_ts is None
+    assert (await store.get("alice", "s4")).ended_ts is None
+    assert (await store.get("bob", "s5")).ended_ts is None
+    assert [d.device_id for d in await store.devices("alice")] == ["LEGACY", "NEW"]
+    assert await store.end_stale("alice", ["id-a"], ["pw-b"]) == []  # nothing left to end
+
+
+async def test_end_stale_without_password_fingerprints_compares_identity_only(each_session_store):
+    store = each_session_store
+    await store.open(session("p1", device="D1", identity_fp="id-a", password_fp="pw-a"), None)
+    await store.open(session("p2", device="D2", identity_fp="id-old", password_fp="pw-a"), None)
+    assert await store.end_stale("alice", ["id-a"], None) == ["D2"]
+    assert (await store.get("alice", "p1")).ended_ts is None
+    # Any of several accepted digests (one per signing key) keeps a session.
+    assert await store.end_stale("alice", ["id-new", "id-a"], ["pw-new", "pw-a"]) == []
+    assert await store.end_stale("alice", ["id-new"], None) == ["D1"]
+    assert await store.devices("alice") == []
+
+
+def test_sqlite_migration_keeps_sessions_without_fingerprints(tmp_path):
+    from backends.sessions.sqlite_schema import MIGRATIONS
+
+    path = str(tmp_path / "old.db")
+    conn = sqlite3.connect(path, isolation_level=None)
+    for statement in filter(str.strip, MIGRATIONS[0].split(";")):
+        conn.execute(statement)
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute(
+        "INSERT INTO sessions (token_hash, user, device_id, created_ts, last_seen_ip, last_seen_ts) "
+        "VALUES ('h', 'alice', 'D', 1, '', 1)"
+    )
+    assert migrate(conn) == 1
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == VERSION >= 2
+    assert conn.execute("SELECT identity_fp, password_fp FROM sessions").fetchall() == [(None, None)]
     conn.close()

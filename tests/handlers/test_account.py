@@ -92,7 +92,8 @@ def _bad_tokens():
 @pytest.mark.parametrize("path", [CAPS, WHOAMI])
 async def test_bad_tokens_are_401_unknown_token(fetch, name, token, path):
     body = assert_error(await fetch(path, token=token), 401, "M_UNKNOWN_TOKEN")
-    assert body["soft_logout"] is False
+    # An expired token is the one soft logout (decisions.md): the client keeps its device.
+    assert body["soft_logout"] is (name == "expired")
 
 
 async def test_bad_token_in_query_is_unknown_token(fetch):

@@ -1,0 +1,67 @@
+"""`run.py delegation sync`: make Synapse agree with this server's sessions (recovery, first set-up)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Callable
+
+from homeserver.config import Config, load_config
+from homeserver.context import create_backend, create_session_store
+from homeserver.delegation import Delegation, SynapseError, load_delegation_settings
+from homeserver.errors import ConfigError
+from homeserver.names import user_id
+from homeserver.sessions import Sessions
+from homeserver.users import Users
+
+
+async def sync_all(config: Config, out: Callable[[str], None]) -> None:
+    """Provision every user with a session (or a pending resync) and sync their devices; one line each."""
+    settings = load_delegation_settings(config)
+    if settings is None:
+        raise ConfigError("delegation.enabled: delegation is off in this config; nothing to sync")
+    server_name = config.get("server", "server_name")
+    backend = create_backend(config)
+    store = create_session_store(config)
+    await backend.start()
+    try:
+        await store.start()
+        delegation = Delegation(settings, Sessions(store), server_name)
+        try:
+            users = Users(backend)
+            names = sorted(set(await store.users()) | set(await store.resyncs()))
+            for name in names:
+                out(f"{user_id(name, server_name)}: {await delegation.sync_user(name, await users.get(name))}")
+            if not names:
+                out("no user has a session: nothing to sync")
+        finally:
+            await delegation.close()
+            await store.close()
+    finally:
+        await backend.close()
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    # A failure is said once, below, as the command's one error line.
+    logging.getLogger("homeserver.delegation").setLevel(logging.CRITICAL)
+    try:
+        asyncio.run(sync_all(config, lambda line: print(line, flush=True)))
+    except SynapseError as exc:
+        print(f"homeserver: error: Synapse did not take it: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_commands(command: Callable[[str, str], argparse.ArgumentParser]) -> None:
+    """Add `delegation sync` to the command line."""
+    parser = command("delegation", "the Synapse this server is the authentication service of")
+    sub = parser.add_subparsers(title="actions", metavar="{sync}", required=True)
+    sync = sub.add_parser(
+        "sync",
+        help="provision every user who has a session at Synapse and make Synapse's devices match the sessions here",
+    )
+    sync.add_argument("--config", default=argparse.SUPPRESS, help="TOML config file")
+    sync.set_defaults(func=cmd_sync)

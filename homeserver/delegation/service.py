@@ -1,0 +1,356 @@
+"""The delegation: this server as the authentication service of a Synapse (the MAS protocol).
+
+What Synapse must be told, and when (docs/delegation.md):
+
+- a login: the user provisioned (first login, or the profile changed) and the device
+  upserted, before the login answers; when Synapse cannot be reached the login is refused
+  (503) and no session is left behind;
+- every end of a session: the device deleted at Synapse (one device) or the user's devices
+  synced (several, or all), before the answer. When Synapse is away then, the session
+  still ends here at once and the user is marked in the session store for a resync;
+  a loop retries until Synapse has the user's devices as they are here (`sync_devices`,
+  idempotent), so neither side's restart loses a sign-out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import string
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+from backends.base import StoreUnavailable, User, canonical_email
+from homeserver.delegation.settings import DelegationSettings
+from homeserver.delegation.synapse import SynapseClient, SynapseError, SynapseNotFound, SynapseUnreachable
+from homeserver.errors import M_UNKNOWN, MatrixError
+from homeserver.profile import profile_body
+from homeserver.sessions import Sessions
+
+if TYPE_CHECKING:
+    from homeserver.metrics import Metrics
+
+logger = logging.getLogger(__name__)
+
+DEVICE_ID_LENGTH = 10
+# Synapse refuses (500) a token whose device id is longer.
+MAX_DEVICE_ID = 255
+# Synapse's bounds on profile fields (synapse.handlers.profile): longer ones are refused.
+MAX_DISPLAY_NAME = 256
+MAX_AVATAR_URL = 1000
+RETRY_AFTER = 5  # seconds, in the 503 of a login Synapse did not take
+PROBE_LOCALPART = "homeserver-delegation-probe"
+
+
+def new_device_id() -> str:
+    """A device id for a login that names none: 10 random letters A-Z, as MAS makes them."""
+    return "".join(secrets.choice(string.ascii_uppercase) for _ in range(DEVICE_ID_LENGTH))
+
+
+def synapse_unavailable() -> MatrixError:
+    return MatrixError(
+        503,
+        M_UNKNOWN,
+        "The homeserver (Synapse) cannot be reached right now, try again later",
+        headers={"Retry-After": str(RETRY_AFTER)},
+    )
+
+
+def profile_for_synapse(user: User) -> tuple[str | None, str | None, list[str]]:
+    """Display name (the profile rule: display name then ident), avatar URL and e-mail
+    addresses as Synapse is given them; a value Synapse would refuse is left out."""
+    body = profile_body(user)
+    display = body["displayname"][:MAX_DISPLAY_NAME] or None
+    avatar = body.get("avatar_url")
+    if avatar is not None and len(avatar) > MAX_AVATAR_URL:
+        avatar = None
+    email = canonical_email(user.email) if user.email else None
+    return display, avatar, [email] if email else []
+
+
+def profile_digest(user: User) -> str:
+    return hashlib.sha256(json.dumps(profile_for_synapse(user)).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class KeyedLocks:
+    """One asyncio lock per key, forgotten when nobody holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+
+class Delegation:
+    """Tells Synapse about logins and ends of sessions, and keeps retrying what it missed."""
+
+    def __init__(
+        self,
+        settings: DelegationSettings,
+        sessions: Sessions,
+        server_name: str,
+        client: SynapseClient | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.settings = settings
+        self.sessions = sessions
+        self.server_name = server_name
+        self.metrics = metrics
+        self.client = client if client is not None else SynapseClient(
+            settings.synapse_url,
+            settings.secret,
+            settings.timeout,
+            observe=metrics.observe_synapse if metrics is not None else None,
+        )
+        self.admins = settings.admins
+        self._secret = ("Bearer " + settings.secret).encode("utf-8")
+        self._locks = KeyedLocks()
+        self._server_name_checked = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._refusals: dict[str, str] = {}  # the last refusal said per user, by the resync
+
+    # -- Synapse calling us ---------------------------------------------------------
+
+    def secret_matches(self, authorization: str | None) -> bool:
+        """Whether an Authorization header carries the shared secret (constant-time)."""
+        given = (authorization or "").strip().encode("utf-8", "surrogatepass")
+        return hmac.compare_digest(given, self._secret)
+
+    # -- logins ---------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def login(self, user: User, device_id: str, display_name: str | None) -> AsyncIterator[None]:
+        """Around a login's session opening: Synapse first has the user (provisioned when
+        new or changed) and the device; 503 with nothing done here when it cannot be told.
+
+        If the session cannot be opened after all, the user is marked for a resync, so a
+        device Synapse got for nothing is taken back.
+        """
+        async with self._locks.hold(user.name):
+            try:
+                await self._provision_if_changed(user)
+                try:
+                    await self.client.upsert_device(user.name, device_id, display_name)
+                except SynapseNotFound:
+                    # Synapse lost the user (its database was reset): provision again.
+                    await self._provision(user)
+                    await self.client.upsert_device(user.name, device_id, display_name)
+                if not self._server_name_checked:
+                    # Once per process, on the first login: Synapse's user ID shows its server_name.
+                    await self.check_server_name(user.name)
+            except SynapseError as exc:
+                if exc.errcode == "M_INVALID_USERNAME":
+                    logger.error(
+                        "delegation: Synapse refuses the user name %r (%s): Matrix user names are lower-case "
+                        "a-z, 0-9 and ._=-/+ (with LDAP, see backend.ldap.lowercase_user_ids)",
+                        user.name,
+                        exc,
+                    )
+                else:
+                    logger.warning("login of %r refused: Synapse did not take it: %s", user.name, exc)
+                # The upsert may have landed before the answer was lost: take it back later.
+                await self._mark(user.name)
+                raise synapse_unavailable() from None
+            try:
+                yield
+            except BaseException:
+                await self._mark(user.name)
+                raise
+
+    async def _provision_if_changed(self, user: User) -> None:
+        digest = profile_digest(user)
+        if await self.sessions.store.provisioned(user.name) != digest:
+            await self._provision(user, digest)
+
+    async def _provision(self, user: User, digest: str | None = None) -> bool:
+        display, avatar, emails = profile_for_synapse(user)
+        created = await self.client.provision_user(user.name, display_name=display, avatar_url=avatar, emails=emails)
+        await self.sessions.store.set_provisioned(user.name, digest or profile_digest(user))
+        logger.info("delegation: %s %r at Synapse", "created" if created else "updated", user.name)
+        return created
+
+    async def check_server_name(self, localpart: str) -> None:
+        """Say in one line when Synapse's server_name is not ours (user IDs would differ)."""
+        try:
+            found = await self.client.query_user(localpart)
+        except SynapseError:
+            return
+        self._server_name_checked = True
+        theirs = str(found.get("user_id", "")).partition(":")[2]
+        if theirs and theirs != self.server_name:
+            logger.error(
+                "delegation: Synapse's server_name is %r but server.server_name here is %r: user IDs differ "
+                "between the two; make them equal",
+                theirs,
+                self.server_name,
+            )
+
+    # -- ends of sessions -------------------------------------------------------------
+
+    async def devices_ended(self, user: str, device_ids: list[str] | None) -> bool:
+        """After sessions ended here: the one device deleted at Synapse (unless a session of
+        it is still open), or the user's devices synced; True when Synapse has it."""
+        if device_ids is not None and len(set(device_ids)) == 1:
+            device_id = device_ids[0]
+            async with self._locks.hold(user):
+                try:
+                    if await self.sessions.store.device(user, device_id) is not None:
+                        return True  # another session of the device is open (logins before delegation)
+                    await self.client.delete_device(user, device_id)
+                    return True
+                except SynapseNotFound:
+                    return True  # Synapse has no such user: nothing of theirs is left there
+                except (SynapseError, StoreUnavailable) as exc:
+                    logger.warning("delegation: device %s of %r not deleted at Synapse yet: %s", device_id, user, exc)
+                    await self._mark(user)
+                    return False
+        return await self.sync_devices(user)
+
+    async def sync_devices(self, user: str) -> bool:
+        """Tell Synapse the user's devices as they are here; True when it has them."""
+        async with self._locks.hold(user):
+            try:
+                await self._sync(user)
+                return True
+            except SynapseNotFound:
+                return True
+            except (SynapseError, StoreUnavailable) as exc:
+                logger.warning("delegation: devices of %r not synced at Synapse yet: %s", user, exc)
+                await self._mark(user)
+                return False
+
+    async def _sync(self, user: str) -> list[str]:
+        """`sync_devices` with the user's open devices here; the devices sent.
+
+        A login in another process may open a session between the read and Synapse's
+        answer (this process serialises its own per user): a device found open afterwards
+        that was not sent is upserted again, so that login is not refused at Synapse.
+        """
+        devices = sorted(d.device_id for d in await self.sessions.store.devices(user))
+        await self.client.sync_devices(user, devices)
+        for device in await self.sessions.store.devices(user):
+            if device.device_id not in devices:
+                await self.client.upsert_device(user, device.device_id, device.display_name or None)
+        return devices
+
+    async def rename(self, user: str, device_id: str, display_name: str) -> None:
+        """A device's new name at Synapse, before it changes here; 503 when Synapse is away."""
+        try:
+            await self.client.update_device_display_name(user, device_id, display_name)
+        except SynapseNotFound:
+            pass  # Synapse lacks the device (a resync is due): the name here is what counts
+        except SynapseError as exc:
+            logger.warning("delegation: rename of device %s of %r not taken by Synapse: %s", device_id, user, exc)
+            raise synapse_unavailable() from None
+
+    async def allow_cross_signing_reset(self, localpart: str) -> None:
+        """Let the user replace their cross-signing keys without UIA for 10 minutes (raises SynapseError)."""
+        await self.client.allow_cross_signing_reset(localpart)
+
+    async def query_user(self, localpart: str) -> dict[str, object]:
+        return await self.client.query_user(localpart)
+
+    # -- the resync ---------------------------------------------------------------------
+
+    async def _mark(self, user: str) -> None:
+        try:
+            await self.sessions.store.mark_resync(user, time.time_ns())
+        except StoreUnavailable as exc:
+            logger.error("delegation: cannot remember that Synapse must be told about %r again: %s", user, exc)
+
+    async def resync_pending(self) -> tuple[int, int]:
+        """Sync every marked user's devices at Synapse; (users done, users left)."""
+        done = 0
+        pending = await self.sessions.store.resyncs()
+        for user, mark in sorted(pending.items()):
+            async with self._locks.hold(user):
+                try:
+                    await self._sync(user)
+                except SynapseNotFound:
+                    pass
+                except SynapseUnreachable:
+                    break  # the others would fail alike: next round
+                except SynapseError as exc:
+                    if exc.status in (401, 403, 405) or exc.errcode == "M_UNRECOGNIZED":
+                        break  # a wrong secret, no API (said once by the client): the others alike
+                    if self._refusals.get(user) != str(exc):  # said once, not at every round
+                        self._refusals[user] = str(exc)
+                        logger.warning("delegation: resync of %r refused, retrying: %s", user, exc)
+                    continue
+                self._refusals.pop(user, None)
+                await self.sessions.store.clear_resync(user, mark)
+            done += 1
+            logger.info("delegation: Synapse now has the devices of %r as they are here", user)
+        if self.metrics is not None:
+            self.metrics.observe_resyncs_pending(len(pending) - done)
+        return done, len(pending) - done
+
+    async def sync_user(self, name: str, user: User | None) -> str:
+        """`run.py delegation sync` for one user: provision (when still in the user store),
+        then Synapse's devices made ours; what was done, in words. Raises SynapseError."""
+        async with self._locks.hold(name):
+            pending = (await self.sessions.store.resyncs()).get(name)
+            done = "not in the user store"
+            if user is not None:
+                done = "created at Synapse" if await self._provision(user) else "updated at Synapse"
+            try:
+                devices = await self._sync(name)
+            except SynapseNotFound:  # a user Synapse never had has no devices there
+                devices = sorted(d.device_id for d in await self.sessions.store.devices(name))
+            if pending is not None:
+                await self.sessions.store.clear_resync(name, pending)
+        return f"{done}; devices {' '.join(devices) or 'none'}"
+
+    async def probe(self) -> bool:
+        """One read-only call Synapse must answer: True when it takes our secret (a wrong
+        secret, or a Synapse without delegation, is logged in one line by the client)."""
+        try:
+            await self.client.query_user(PROBE_LOCALPART)
+        except SynapseNotFound:
+            pass  # the usual answer: the secret is good, no such user
+        except SynapseError:
+            return False
+        logger.info("delegation: Synapse at %s answers and takes our secret", self.settings.synapse_url)
+        return True
+
+    async def run_forever(self) -> None:
+        """Probe Synapse until it answers (a warning, never a crash), then retry marked resyncs."""
+        interval = self.settings.retry_interval
+        while not await self.probe():
+            await asyncio.sleep(interval)
+        while True:
+            try:
+                await self.resync_pending()
+            except StoreUnavailable as exc:
+                logger.warning("delegation: resync skipped, %s", exc)
+            except Exception:
+                logger.exception("delegation: resync failed")
+            await asyncio.sleep(interval)
+
+    def start(self) -> None:
+        task = asyncio.ensure_future(self.run_forever())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        self.client.close()

@@ -1,0 +1,223 @@
+"""The account page (`/account/`, the account_management_uri): HTML for people, not the JSON API.
+
+These handlers do not inherit BaseHandler: no CORS, no JSON errors, but a strict
+Content-Security-Policy, Tornado's XSRF check on every form and the page's own signed
+cookie session (homeserver.account_page holds the logic). API paths keep their JSON errors.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from tornado.web import HTTPError
+
+from backends.base import User
+from homeserver import account_page as page
+from homeserver.account_page import PageError, PageSession
+from homeserver.errors import MatrixError
+from homeserver.handlers.page_base import NOTICES, WHY_SIGNED_OUT, PageHandler, StylesheetHandler, page_url
+
+logger = logging.getLogger(__name__)
+
+
+class AccountPageHandler(PageHandler):
+    """GET shows the page an action names; POST runs one form (`op`) and redirects."""
+
+    async def get(self) -> None:
+        action = page.action_of(self.get_query_argument("action", None))
+        device_id = self.get_query_argument("device_id", None) or None
+        notice = NOTICES.get(self.get_query_argument("notice", ""))
+        if self.user is None:
+            why = WHY_SIGNED_OUT.get(self.signed_out_why or "")
+            self.render_page("signin.html", action=action, device_id=device_id, notice=notice or why, title="Sign in")
+            return
+        await self.show(action, device_id, notice)
+
+    async def show(
+        self, action: str, device_id: str | None, notice: str | None = None, status: int = 200, **values: Any
+    ) -> None:
+        user = self.user
+        assert user is not None
+        values["current"] = action
+        if action == page.PROFILE:
+            profile = page.profile_view(self.hs, user)
+            self.render_page("profile.html", status, profile=profile, notice=notice, title="Profile", **values)
+            return
+        if action == page.CROSS_SIGNING_RESET:
+            self.render_page(
+                "reset.html",
+                status,
+                delegation=page.delegation_of(self.hs) is not None,
+                minutes=page.RESET_WINDOW_MINUTES,
+                notice=notice,
+                approved=notice == NOTICES["reset_allowed"],
+                title="Reset cross-signing",
+                **values,
+            )
+            return
+        if action in (page.SESSION_VIEW, page.SESSION_END) and device_id is not None:
+            device = await page.get_device(self.hs, user, device_id)
+            if device is None:
+                devices = await page.list_devices(self.hs, user)
+                self.render_page(
+                    "sessions.html", 404, devices=devices, notice=notice,
+                    error=f"You have no session {device_id!r}: it may be signed out already.", title="Your sessions",
+                )
+                return
+            template = "end.html" if action == page.SESSION_END else "session.html"
+            others = [d for d in await page.list_devices(self.hs, user) if d["device_id"] != device_id]
+            title = "Sign out a session" if action == page.SESSION_END else "Session"
+            self.render_page(template, status, device=device, others=len(others), notice=notice, title=title, **values)
+            return
+        devices = await page.list_devices(self.hs, user)
+        self.render_page("sessions.html", status, devices=devices, notice=notice, title="Your sessions", **values)
+
+    async def post(self) -> None:
+        op = self.get_body_argument("op", "")
+        if op == "sign_in":
+            await self.sign_in()
+            return
+        if self.user is None or self.session is None:
+            why = WHY_SIGNED_OUT.get(self.signed_out_why or "", "Sign in to continue.")
+            action = page.action_of(self.get_body_argument("action", None))
+            device_id = self.get_body_argument("device_id", None) or None
+            self.render_page("signin.html", 401, action=action, device_id=device_id, notice=why, title="Sign in")
+            return
+        handler = {
+            "sign_out": self.sign_out,
+            "rename": self.rename,
+            "end": self.end_one,
+            "end_others": self.end_others,
+            "end_all": self.end_all,
+            "reset": self.approve_reset,
+        }.get(op)
+        if handler is None:
+            raise PageError(400, "The request could not be understood.")
+        await handler(self.user, self.session)
+
+    def go(self, action: str | None = None, **params: str | None) -> None:
+        self.redirect(page_url(action, **params), status=303)
+
+    async def sign_in(self) -> None:
+        name = self.get_body_argument("name", "").strip()
+        password = self.get_body_argument("password", "")
+        action = page.action_of(self.get_body_argument("action", None))
+        device_id = self.get_body_argument("device_id", None) or None
+        try:
+            user = await page.authenticate(self.hs, name, password, self.client_ip)
+        except PageError as exc:
+            for header, value in exc.headers.items():
+                self.set_header(header, value)
+            self.render_page(
+                "signin.html", exc.status, action=action, device_id=device_id, error=exc.message, name=name,
+                title="Sign in",
+            )
+            return
+        session = self.sessions.new(user)
+        self.set_signed_cookie(page.COOKIE, session.encode(), max_age=page.LIFETIME)
+        logger.info("account page: %s signed in", user.name)
+        self.go(action, device_id=device_id if action in (page.SESSION_VIEW, page.SESSION_END) else None)
+
+    async def sign_out(self, user: User, session: PageSession) -> None:
+        await self.sessions.end(session)
+        self.clear_cookie(page.COOKIE)
+        self.go(notice="signed_out")
+
+    async def rename(self, user: User, session: PageSession) -> None:
+        device_id = self.get_body_argument("device_id", "")
+        name = self.get_body_argument("display_name", "").strip()
+        try:
+            await page.rename_device(self.hs, user, device_id, name)
+        except MatrixError as exc:
+            if exc.status >= 500:
+                raise
+            await self.show(page.SESSION_VIEW, device_id, status=exc.status, error=exc.message)
+            return
+        self.go(page.SESSION_VIEW, device_id=device_id, notice="renamed")
+
+    async def end_one(self, user: User, session: PageSession) -> None:
+        device_id = self.get_body_argument("device_id", "")
+        if not await page.end_devices(self.hs, user, [device_id]):
+            # Gone already (another tab, another client): say so on the list.
+            await self.show(page.SESSION_VIEW, device_id)
+            return
+        logger.info("account page: %s signed out device %r", user.name, device_id)
+        self.go(page.SESSIONS_LIST, notice="ended")
+
+    async def end_others(self, user: User, session: PageSession) -> None:
+        keep = self.get_body_argument("device_id", "")
+        others = [d["device_id"] for d in await page.list_devices(self.hs, user) if d["device_id"] != keep]
+        if others:
+            await page.end_devices(self.hs, user, others)
+        logger.info("account page: %s signed out %d devices but %r", user.name, len(others), keep)
+        self.go(page.SESSION_VIEW, device_id=keep, notice="ended_others")
+
+    async def end_all(self, user: User, session: PageSession) -> None:
+        try:
+            await page.confirm_password(self.hs, user, self.get_body_argument("password", ""), self.client_ip)
+        except PageError as exc:
+            for header, value in exc.headers.items():
+                self.set_header(header, value)
+            self.set_status(exc.status)
+            devices = await page.list_devices(self.hs, user)
+            self.render_page(
+                "sessions.html", exc.status, devices=devices, error=exc.message, title="Your sessions",
+                current=page.SESSIONS_LIST,
+            )
+            return
+        await page.end_devices(self.hs, user, None)
+        await self.sessions.end(session)
+        self.clear_cookie(page.COOKIE)
+        logger.info("account page: %s signed out everywhere", user.name)
+        self.go(notice="signed_out_everywhere")
+
+    async def approve_reset(self, user: User, session: PageSession) -> None:
+        try:
+            await page.confirm_password(self.hs, user, self.get_body_argument("password", ""), self.client_ip)
+            await page.allow_cross_signing_reset(self.hs, user)
+        except PageError as exc:
+            for header, value in exc.headers.items():
+                self.set_header(header, value)
+            await self.show_reset_error(exc)
+            return
+        logger.info("account page: %s approved a cross-signing reset", user.name)
+        self.go(page.CROSS_SIGNING_RESET, notice="reset_allowed")
+
+    async def show_reset_error(self, exc: PageError) -> None:
+        self.render_page(
+            "reset.html",
+            exc.status,
+            current=page.CROSS_SIGNING_RESET,
+            delegation=page.delegation_of(self.hs) is not None,
+            minutes=page.RESET_WINDOW_MINUTES,
+            approved=False,
+            error=exc.message,
+            title="Reset cross-signing",
+        )
+
+
+class AccountRedirectHandler(PageHandler):
+    """/account without the slash: the page, its query kept."""
+
+    async def prepare(self) -> None:
+        pass
+
+    def get(self) -> None:
+        query = self.request.query
+        self.redirect(page.PATH + ("?" + query if query else ""), permanent=True)
+
+
+class PageNotFoundHandler(PageHandler):
+    """Any other path under /account/: an HTML 404 (the API's unknown paths stay JSON)."""
+
+    async def prepare(self) -> None:
+        raise HTTPError(404)
+
+
+ROUTES = [
+    (r"/account/", AccountPageHandler),
+    (r"/account", AccountRedirectHandler),
+    (r"/account/style\.css", StylesheetHandler),
+    (r"/account/.*", PageNotFoundHandler),
+]

@@ -1,0 +1,78 @@
+"""What Synapse asks its authentication service (`[delegation]`): the OpenID metadata and
+token introspection; and the OAuth discovery paths clients try, answered "not here"."""
+
+from __future__ import annotations
+
+import urllib.parse
+
+from homeserver.delegation.introspection import inactive, introspect
+from homeserver.errors import M_MISSING_TOKEN, M_UNKNOWN_TOKEN, MatrixError, invalid_param, missing_param, unrecognized
+from homeserver.handlers.base import BaseHandler
+from homeserver.handlers.body import BodyHandler
+
+MAX_FORM_FIELDS = 16
+
+
+class OpenIdConfigurationHandler(BaseHandler):
+    """GET /.well-known/openid-configuration: what Synapse needs (issuer, account page); 404 without delegation."""
+
+    def get(self) -> None:
+        if self.hs.delegation is None:
+            raise unrecognized()
+        base = self.hs.config.get("server", "base_url").rstrip("/")
+        self.write_json(
+            {
+                "issuer": base + "/",
+                "account_management_uri": base + "/account/",
+                "introspection_endpoint": base + "/oauth2/introspect",
+            }
+        )
+
+
+class IntrospectHandler(BodyHandler):
+    """POST /oauth2/introspect (RFC 7662, form `token=...`), for Synapse with the shared secret."""
+
+    async def post(self) -> None:
+        delegation = self.hs.delegation
+        if delegation is None:
+            raise unrecognized()
+        authorization = self.request.headers.get("Authorization")
+        if not delegation.secret_matches(authorization):
+            errcode = M_UNKNOWN_TOKEN if authorization else M_MISSING_TOKEN
+            message = "Introspection needs the secret shared with Synapse"
+            raise MatrixError(401, errcode, message, headers={"WWW-Authenticate": "Bearer"})
+        try:
+            form = urllib.parse.parse_qs(
+                self.body_bytes().decode("utf-8"), keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS
+            )
+        except UnicodeDecodeError:
+            self.write_json(inactive())  # no token of ours is anything but ASCII
+            return
+        except ValueError:
+            raise invalid_param("body", f"a form of at most {MAX_FORM_FIELDS} fields") from None
+        tokens = form.get("token")
+        if not tokens or not tokens[0]:
+            raise missing_param("token")
+        if len(tokens) > 1:
+            raise invalid_param("token", "given once")
+        hint = form.get("token_type_hint", [""])[0]
+        if hint == "refresh_token":
+            self.write_json(inactive())  # this server hands out no refresh tokens
+            return
+        self.write_json(await introspect(self.hs.auth, tokens[0], delegation.admins))
+
+
+class AuthMetadataHandler(BaseHandler):
+    """GET /_matrix/client/v1/auth_metadata (and MSC2965's): 404 M_UNRECOGNIZED, so clients
+    (Element X, Element Web) log in with m.login.password rather than OAuth 2.0."""
+
+    def get(self) -> None:
+        raise unrecognized()
+
+
+ROUTES = [
+    (r"/\.well-known/openid-configuration", OpenIdConfigurationHandler),
+    (r"/oauth2/introspect", IntrospectHandler),
+    (r"/_matrix/client/v1/auth_metadata", AuthMetadataHandler),
+    (r"/_matrix/client/unstable/org\.matrix\.msc2965/auth_metadata", AuthMetadataHandler),
+]
