@@ -17,6 +17,10 @@ the B/A ratios and their spread over the rounds:
     python3 bench/run.py --ab 3c5e6c7                  # that commit against this tree
     python3 bench/run.py --ab main HEAD --rounds 6     # two commits
     python3 bench/run.py --ab main --worktree ../other # a commit against another tree
+
+For differences of a few per cent, which wall-clock CPU on a shared machine cannot resolve,
+bench/instructions.py counts instructions per request under callgrind for the same kind of
+versions.
 """
 
 from __future__ import annotations
