@@ -39,6 +39,23 @@ def _connect(path: str, timeout: float) -> sqlite3.Connection:
     return conn
 
 
+def _retry_locked(open_: Callable[[], T], timeout: float) -> T:
+    """Open (and migrate) again while another process holds the file's lock, up to `timeout`.
+
+    Two servers started at once on a fresh install both create the file and switch it to
+    WAL: SQLite answers one of them "database is locked" at once, without waiting on its
+    busy timeout, when the switch meets the other's migration.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return open_()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.05)
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -79,12 +96,13 @@ class SqliteSessionStore(SessionStore):
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sessions-sqlite")
         try:
             await self._write(self._open_writer)
-        except (sqlite3.Error, OSError) as exc:
+            # The read connection is opened here, on the loop's thread, and used only there;
+            # its hot-path reads wait at most 0.2 s for a lock.
+            self._read_conn = _retry_locked(lambda: _connect(self.path, 0.2), self.timeout)
+            self._read_conn.execute("PRAGMA query_only=1")
+        except (sqlite3.Error, OSError, StoreUnavailable) as exc:
             await self.close()
             raise ConfigError(f"sessions.sqlite.path: {self.path}: {self._open_problem(exc)}") from None
-        # The read connection is opened here, on the loop's thread, and used only there.
-        self._read_conn = _connect(self.path, 0.2)
-        self._read_conn.execute("PRAGMA query_only=1")
 
     def _open_problem(self, exc: Exception) -> str:
         """Why the file cannot be opened, in an operator's words."""
@@ -102,8 +120,16 @@ class SqliteSessionStore(SessionStore):
                 os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             except FileExistsError:
                 pass  # another worker made it first
-        self._write_conn = _connect(self.path, self.timeout)
-        migrate(self._write_conn)
+        def open_and_migrate() -> sqlite3.Connection:
+            conn = _connect(self.path, self.timeout)
+            try:
+                migrate(conn)
+            except BaseException:
+                conn.close()
+                raise
+            return conn
+
+        self._write_conn = _retry_locked(open_and_migrate, self.timeout)
 
     async def close(self) -> None:
         if self._read_conn is not None:

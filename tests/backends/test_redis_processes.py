@@ -28,18 +28,27 @@ def env(redis_users) -> dict[str, str]:
 
 
 @pytest.fixture
-def servers(env) -> Iterator[list[int]]:
-    """Two `python run.py --port N` processes; their ports."""
+def servers(env, tmp_path) -> Iterator[list[int]]:
+    """Two `python run.py --port N` processes; their ports (their output kept for a failure)."""
     procs: list[subprocess.Popen] = []
-    ports = [free_port(), free_port()]
+    ports = [free_port()]
+    while len(ports) < 2:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    logs = [tmp_path / f"server-{port}.log" for port in ports]
     try:
-        for port in ports:
-            procs.append(subprocess.Popen(
-                [sys.executable, "run.py", "--port", str(port)],
-                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            ))
-        for port in ports:
-            wait_until(lambda port=port: call(port, "/_matrix/client/versions")[0] == 200, what=f"server on {port}")
+        for port, log in zip(ports, logs, strict=True):
+            with open(log, "wb") as out:
+                procs.append(subprocess.Popen(
+                    [sys.executable, "run.py", "--port", str(port)],
+                    cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                ))
+        for port, log in zip(ports, logs, strict=True):
+            try:
+                wait_until(lambda port=port: call(port, "/_matrix/client/versions")[0] == 200, 20, f"server on {port}")
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}:\n{log.read_text(errors='replace')}") from None
         yield ports
     finally:
         for proc in procs:

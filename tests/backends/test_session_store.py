@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 import time
 import uuid
 
@@ -190,3 +193,28 @@ def test_sqlite_migration_keeps_sessions_without_fingerprints(tmp_path):
     assert conn.execute("PRAGMA user_version").fetchone()[0] == VERSION >= 2
     assert conn.execute("SELECT identity_fp, password_fp FROM sessions").fetchall() == [(None, None)]
     conn.close()
+
+
+def test_servers_starting_at_once_on_a_fresh_file_all_start(tmp_path):
+    """Two servers started together on a fresh install both create the SQLite file and
+    switch it to WAL; SQLite may answer one "database is locked" at once. Each still starts."""
+    script = (
+        "import asyncio, sys\n"
+        "from backends.sessions.sqlite import SqliteSessionStore\n"
+        "async def main():\n"
+        "    for _ in range(2):  # as run.py: once in the parent (the probe), then to serve\n"
+        "        store = SqliteSessionStore(sys.argv[1], timeout=5.0)\n"
+        "        await store.start()\n"
+        "        await store.close()\n"
+        "asyncio.run(main())\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for attempt in range(12):
+        path = str(tmp_path / f"sessions-{attempt}.db")
+        procs = [
+            subprocess.Popen([sys.executable, "-c", script, path], cwd=root, stderr=subprocess.PIPE, text=True)
+            for _ in range(4)
+        ]
+        for proc in procs:
+            _, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0, err
