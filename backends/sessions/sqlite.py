@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from backends.base import ConfigError, StoreUnavailable, resolve_path
 from backends.sessions.base import Device, Session, SessionStore
-from backends.sessions.sqlite_schema import migrate
+from backends.sessions.sqlite_schema import connect, migrate, open_retrying
 
 logger = logging.getLogger(__name__)
 
@@ -26,34 +26,6 @@ _SESSION_COLUMNS = (
     "token_hash, user, device_id, created_ts, last_seen_ip, last_seen_ts, expires_ts, ended_ts, "
     "identity_fp, password_fp"
 )
-
-
-def _connect(path: str, timeout: float) -> sqlite3.Connection:
-    # isolation_level=None: no implicit transactions; each write says BEGIN IMMEDIATE itself,
-    # so two processes never deadlock upgrading a read lock to a write lock.
-    conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
-    # In WAL mode NORMAL loses nothing when the process dies (kill -9): a commit is in the
-    # WAL file once it returns. Only an OS crash or power loss can drop the last commits.
-    conn.execute("PRAGMA synchronous=NORMAL")
-    return conn
-
-
-def _retry_locked(open_: Callable[[], T], timeout: float) -> T:
-    """Open (and migrate) again while another process holds the file's lock, up to `timeout`.
-
-    Two servers started at once on a fresh install both create the file and switch it to
-    WAL: SQLite answers one of them "database is locked" at once, without waiting on its
-    busy timeout, when the switch meets the other's migration.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return open_()
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() >= deadline:
-                raise
-        time.sleep(0.05)
 
 
 def _now_ms() -> int:
@@ -98,7 +70,7 @@ class SqliteSessionStore(SessionStore):
             await self._write(self._open_writer)
             # The read connection is opened here, on the loop's thread, and used only there;
             # its hot-path reads wait at most 0.2 s for a lock.
-            self._read_conn = _retry_locked(lambda: _connect(self.path, 0.2), self.timeout)
+            self._read_conn = open_retrying(lambda: connect(self.path, 0.2), self.timeout)
             self._read_conn.execute("PRAGMA query_only=1")
         except (sqlite3.Error, OSError, StoreUnavailable) as exc:
             await self.close()
@@ -121,7 +93,7 @@ class SqliteSessionStore(SessionStore):
             except FileExistsError:
                 pass  # another worker made it first
         def open_and_migrate() -> sqlite3.Connection:
-            conn = _connect(self.path, self.timeout)
+            conn = connect(self.path, self.timeout)
             try:
                 migrate(conn)
             except BaseException:
@@ -129,7 +101,7 @@ class SqliteSessionStore(SessionStore):
                 raise
             return conn
 
-        self._write_conn = _retry_locked(open_and_migrate, self.timeout)
+        self._write_conn = open_retrying(open_and_migrate, self.timeout)
 
     async def close(self) -> None:
         if self._read_conn is not None:

@@ -1,8 +1,14 @@
-"""The SQLite session store's schema, created or migrated at start-up (PRAGMA user_version)."""
+"""The SQLite session store's file: opening it (WAL, retried while another process holds it) and its
+schema, created or migrated at start-up (PRAGMA user_version)."""
 
 from __future__ import annotations
 
 import sqlite3
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 # Each entry takes the schema from version i to i + 1; append, never edit a released one.
 MIGRATIONS: list[str] = [
@@ -73,3 +79,32 @@ def migrate(conn: sqlite3.Connection) -> int:
         raise
     conn.execute("COMMIT")
     return before
+
+
+def connect(path: str, timeout: float) -> sqlite3.Connection:
+    """A connection to the store's file in WAL mode, waiting up to `timeout` for a lock."""
+    # isolation_level=None: no implicit transactions; each write says BEGIN IMMEDIATE itself,
+    # so two processes never deadlock upgrading a read lock to a write lock.
+    conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    # In WAL mode NORMAL loses nothing when the process dies (kill -9): a commit is in the
+    # WAL file once it returns. Only an OS crash or power loss can drop the last commits.
+    conn.execute("PRAGMA synchronous=NORMAL")
+    return conn
+
+
+def open_retrying(open_: Callable[[], T], timeout: float) -> T:
+    """Open (and migrate) again while another process holds the file's lock, up to `timeout`.
+
+    Two servers started at once on a fresh install both create the file and switch it to
+    WAL: SQLite answers one of them "database is locked" at once, without waiting on its
+    busy timeout, when the switch meets the other's migration.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return open_()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.05)
