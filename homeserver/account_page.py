@@ -87,11 +87,6 @@ def cookie_key(server_secret: str) -> str:
     return hmac.new(server_secret.encode("utf-8"), b"homeserver account page cookie v1", hashlib.sha256).hexdigest()
 
 
-def is_locked(user: User) -> bool:
-    """The account state's lock flag (a users-file record, a Redis hash, an LDAP locked_filter)."""
-    return user.locked
-
-
 @dataclass(frozen=True, slots=True)
 class PageSession:
     """What the page cookie carries (signed, so only this server makes one)."""
@@ -158,7 +153,7 @@ class PageSessions:
         user = await self.hs.users.get(session.user)
         if user is None:
             return None, "gone"
-        if is_locked(user):
+        if user.locked:
             return None, "locked"
         if not hmac.compare_digest(self.fingerprint(user), session.fingerprint):
             return None, "changed"
@@ -222,9 +217,7 @@ async def authenticate(hs: HomeServer, name: str, password: str, client_ip: str)
         audit.audit(audit.LOGIN, user=name, client=client_ip, outcome=login_outcome(exc), reason=AUDIT_REASON)
         raise _page_error(exc) from None
     audit.audit(audit.LOGIN, user=user.name, client=client_ip, outcome=login_outcome(None), reason=AUDIT_REASON)
-    if is_locked(user):
-        raise PageError(403, ACCOUNT_LOCKED)
-    return user
+    return user  # hs.login.authenticate refused a locked account (M_USER_LOCKED: ACCOUNT_LOCKED)
 
 
 async def confirm_password(hs: HomeServer, user: User, password: str, client_ip: str) -> None:

@@ -8,10 +8,7 @@ Screenshots of every page at desktop and phone widths land in tests/artifacts/ac
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Coroutine, Iterator
 from typing import Any
 
@@ -23,6 +20,7 @@ from homeserver.app import make_app
 from homeserver.context import HomeServer, build_homeserver, create_backend, create_session_store
 from tests.browser import chrome, shoot
 from tests.fake_synapse import Calls, FakeDelegation, fake_synapse_app
+from tests.servers import call
 
 WHOAMI = "/_matrix/client/v3/account/whoami"
 
@@ -72,17 +70,7 @@ class ThreadServer:
         return f"http://127.0.0.1:{self.port}"
 
     def call(self, path: str, body: Any = None, token: str | None = None) -> tuple[int, Any]:
-        request = urllib.request.Request(
-            self.url + path,
-            data=None if body is None else json.dumps(body).encode(),
-            headers={"Authorization": f"Bearer {token}"} if token else {},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=10) as resp:
-                return resp.status, json.loads(resp.read())
-        except urllib.error.HTTPError as exc:
-            with exc:
-                return exc.code, json.loads(exc.read())
+        return call(self.port, path, body, token)
 
     def login(self, device_id: str, name: str) -> str:
         status, body = self.call(
