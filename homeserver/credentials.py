@@ -64,6 +64,9 @@ class Credentials:
         self.keys = [_key(secret), *(_key(s) for s in previous if s != secret)]
         self.end_on_password_change = end_on_password_change
         self._cache: dict[User, Fingerprint] = {}
+        # The last record seen per name, by identity: a backend that keeps its records (the
+        # users file) hands back the same object each time, found without hashing it.
+        self._last: dict[str, tuple[User, Fingerprint]] = {}
 
     @staticmethod
     def _digest(key: bytes, material: str) -> str:
@@ -72,6 +75,9 @@ class Credentials:
 
     def of(self, user: User) -> Fingerprint:
         """The fingerprints a new session of `user` is opened with (remembered per user record)."""
+        last = self._last.get(user.name)
+        if last is not None and last[0] is user:
+            return last[1]
         found = self._cache.get(user)
         if found is None:
             key = self.keys[0]
@@ -79,6 +85,9 @@ class Credentials:
             if len(self._cache) >= CACHE_SIZE:
                 self._cache.clear()
             self._cache[user] = found
+        if len(self._last) >= CACHE_SIZE:
+            self._last.clear()
+        self._last[user.name] = (user, found)
         return found
 
     def accepted(self, user: User) -> tuple[list[str], list[str] | None]:

@@ -62,3 +62,30 @@ def test_uvloop_choice_without_uvloop_is_a_config_error(monkeypatch):
 def test_bad_event_loop_value_is_refused(make_config):
     with pytest.raises(ConfigError, match=r"server\.event_loop"):
         make_config({"server": {"event_loop": "trio"}})
+
+
+def test_a_started_server_keeps_the_collector_off_start_up_and_still_collects_cycles():
+    """settle_gc(): start-up's objects frozen, the young generation collected less often."""
+    import gc
+    import weakref
+
+    from homeserver.server import GC_YOUNG_THRESHOLD, settle_gc
+
+    saved = gc.get_threshold()
+    try:
+        settle_gc()
+        assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, *saved[1:])
+        assert gc.get_freeze_count() > 0
+
+        class Node:
+            pass
+
+        a, b = Node(), Node()
+        a.other, b.other = b, a  # a cycle only the collector can free
+        gone = weakref.ref(a)
+        del a, b
+        gc.collect()
+        assert gone() is None
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*saved)

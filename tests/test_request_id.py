@@ -120,3 +120,23 @@ async def test_error_lines_carry_the_id_in_text_format(fetch, backend, monkeypat
     text = stream.getvalue()
     assert f"[{rid}]: uncaught exception in GET" in text, text
     assert f"[{rid}]: 500 GET /_matrix/client/v3/profile/@alice:localhost" in text, text
+
+
+def test_forked_workers_never_share_a_sequence_of_ids():
+    """IDs come from `random`, which seeds itself again in a forked child (os.register_at_fork)."""
+    import os
+
+    from homeserver.request_id import new_id
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: send its next IDs and leave at once
+        os.write(write, " ".join(new_id() for _ in range(4)).encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read) as pipe:
+        child = pipe.read().split()
+    parent = [new_id() for _ in range(4)]
+    assert len(child) == 4 and all(HEX16.fullmatch(i) for i in child + parent)
+    assert not set(child) & set(parent)
