@@ -53,6 +53,9 @@ class BaseHandler(RequestHandler):
     """Every handler's base: no HTML, no charset suffix, CORS everywhere, OPTIONS answered."""
 
     requester: Requester | None = None
+    # The access line's level when the handler says its answer is expected (homeserver.logs);
+    # None: by the status.
+    access_log_level: int | None = None
     _client_ip: str | None = None
     _request_id: str | None = None
 
@@ -121,6 +124,13 @@ class BaseHandler(RequestHandler):
     def compute_etag(self) -> None:
         # Matrix clients do not revalidate these documents; hashing every body is waste.
         return None
+
+    def check_etag_header(self) -> bool:
+        # With no ETag there is nothing to match, whatever If-None-Match says: Tornado's own
+        # check reaches that answer after two header lookups and a regex, on every response.
+        if "Etag" not in self._headers:
+            return False
+        return super().check_etag_header()
 
     def options(self, *args: Any, **kwargs: Any) -> None:
         """Pre-flight: CORS headers only, no endpoint logic, no auth."""

@@ -21,8 +21,6 @@ class LivenessHandler(BaseHandler):
 class ReadinessHandler(BaseHandler):
     """Ready for traffic: both stores answer and no shutdown is under way; else 503 naming what is not."""
 
-    access_log_level: int | None = None
-
     async def get(self) -> None:
         if self.hs.inflight.draining:
             # Expected during every drain: answered here rather than raised, so it is not
