@@ -66,8 +66,9 @@ class Auth:
         user = await self.users.get(claims.name)
         if user is None:
             raise unknown_token()
-        # Every request asks the session store: no cache, so a logout is seen by every
-        # process and server from the next request on.
+        # Every request asks the session store, which answers from what it read before
+        # only while no process has written since: a logout is seen by every process and
+        # server from the next request on.
         session = await self.sessions.check(token, claims.name, client_ip)
         if self.credentials is not None:
             why = self.credentials.stale(session, user)

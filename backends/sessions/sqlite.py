@@ -7,14 +7,14 @@ import concurrent.futures
 import logging
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from backends.base import ConfigError, StoreUnavailable, resolve_path
 from backends.sessions.base import Device, Session, SessionStore
-from backends.sessions.sqlite_schema import connect, migrate, open_retrying
+from backends.sessions.sqlite_changes import ChangeCounter
+from backends.sessions.sqlite_schema import connect, migrate, open_problem, open_retrying
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +26,8 @@ _SESSION_COLUMNS = (
     "token_hash, user, device_id, created_ts, last_seen_ip, last_seen_ts, expires_ts, ended_ts, "
     "identity_fp, password_fp"
 )
+_GET = f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE token_hash = ?"
+KEPT_SESSIONS = 10_000  # sessions (and absences) a process keeps; past this, it starts afresh
 
 
 def _now_ms() -> int:
@@ -36,9 +38,9 @@ class SqliteSessionStore(SessionStore):
     """Sessions in one SQLite file (WAL): safe for several processes on one host.
 
     Writes run on one thread of their own, never on the event loop. The hot-path read
-    (`get`, one primary-key lookup, ~10 us) runs on the loop on a read connection of its
-    own: in WAL mode a reader never waits for a writer, and a hop to a thread would cost
-    more than the read (docs/performance.md).
+    (`get`) runs on the loop, on a read connection of its own (in WAL mode a reader never
+    waits for a writer), and keeps what it read while the processes' shared change counter
+    says nothing was written since (sqlite_changes).
     """
 
     name = "sqlite"
@@ -51,7 +53,9 @@ class SqliteSessionStore(SessionStore):
         self._write_conn: sqlite3.Connection | None = None
         self._read_conn: sqlite3.Connection | None = None
         self._last_purge = 0.0
-        self._lock = threading.Lock()
+        self._changes: ChangeCounter | None = None
+        # token_hash -> (the session or None, the change counter's value it was read at)
+        self._kept: dict[str, tuple[Session | None, int]] = {}
 
     @classmethod
     def from_config(cls, options: dict[str, Any], *, config_dir: str) -> SqliteSessionStore:
@@ -67,6 +71,7 @@ class SqliteSessionStore(SessionStore):
     async def start(self) -> None:
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sessions-sqlite")
         try:
+            self._changes = ChangeCounter(self.path)
             await self._write(self._open_writer)
             # The read connection is opened here, on the loop's thread, and used only there;
             # its hot-path reads wait at most 0.2 s for a lock.
@@ -74,17 +79,7 @@ class SqliteSessionStore(SessionStore):
             self._read_conn.execute("PRAGMA query_only=1")
         except (sqlite3.Error, OSError, StoreUnavailable) as exc:
             await self.close()
-            raise ConfigError(f"sessions.sqlite.path: {self.path}: {self._open_problem(exc)}") from None
-
-    def _open_problem(self, exc: Exception) -> str:
-        """Why the file cannot be opened, in an operator's words."""
-        folder = os.path.dirname(self.path) or "."
-        if not os.path.isdir(folder):
-            return f"the folder {folder} does not exist"
-        if not os.access(folder, os.W_OK | os.X_OK):
-            # SQLite's WAL mode writes files beside the database, so the folder must be writable.
-            return f"the folder {folder} is not writable by this user (the WAL files live beside the file)"
-        return getattr(exc, "strerror", None) or str(exc)
+            raise ConfigError(f"sessions.sqlite.path: {self.path}: {open_problem(self.path, exc)}") from None
 
     def _open_writer(self) -> None:
         if not os.path.exists(self.path):
@@ -95,7 +90,8 @@ class SqliteSessionStore(SessionStore):
         def open_and_migrate() -> sqlite3.Connection:
             conn = connect(self.path, self.timeout)
             try:
-                migrate(conn)
+                with self._counter().writing():
+                    migrate(conn)
             except BaseException:
                 conn.close()
                 raise
@@ -104,6 +100,7 @@ class SqliteSessionStore(SessionStore):
         self._write_conn = open_retrying(open_and_migrate, self.timeout)
 
     async def close(self) -> None:
+        self._kept.clear()
         if self._read_conn is not None:
             self._read_conn.close()
             self._read_conn = None
@@ -113,6 +110,9 @@ class SqliteSessionStore(SessionStore):
                 conn, self._write_conn = self._write_conn, None
                 await asyncio.get_running_loop().run_in_executor(writer, conn.close)
             writer.shutdown(wait=False)
+        if self._changes is not None:
+            self._changes.close()
+            self._changes = None
 
     async def check_health(self) -> None:
         await self._write(lambda: self._conn().execute("SELECT 1").fetchone())
@@ -123,6 +123,11 @@ class SqliteSessionStore(SessionStore):
         if self._write_conn is None:
             raise StoreUnavailable("not started", store=STORE)
         return self._write_conn
+
+    def _counter(self) -> ChangeCounter:
+        if self._changes is None:
+            raise StoreUnavailable("not started", store=STORE)
+        return self._changes
 
     async def _write(self, work: Callable[[], T]) -> T:
         """Run `work` on the writer thread; StoreUnavailable when it fails or takes too long."""
@@ -139,13 +144,15 @@ class SqliteSessionStore(SessionStore):
     def _transaction(self, work: Callable[[sqlite3.Connection], T]) -> Callable[[], T]:
         def run() -> T:
             conn = self._conn()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                result = work(conn)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+            # Every write moves the change counter: the processes' kept sessions are read again.
+            with self._counter().writing():
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    result = work(conn)
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
             return result
 
         return run
@@ -169,17 +176,25 @@ class SqliteSessionStore(SessionStore):
         await self._write(self._transaction(work))
 
     async def get(self, user: str, token_hash: str) -> Session | None:
-        if self._read_conn is None:
+        if self._read_conn is None or self._changes is None:
             raise StoreUnavailable("not started", store=STORE)
-        try:
-            row = self._read_conn.execute(
-                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE token_hash = ?", (token_hash,)
-            ).fetchone()
-        except sqlite3.Error as exc:
-            raise StoreUnavailable(f"{self.path}: {exc}", store=STORE) from None
-        if row is None or row[1] != user:
+        # What was read at this counter value is the file's still (sqlite_changes).
+        seen = self._changes.value()
+        kept = self._kept.get(token_hash)
+        if kept is not None and kept[1] == seen:
+            session = kept[0]
+        else:
+            try:
+                row = self._read_conn.execute(_GET, (token_hash,)).fetchone()
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(f"{self.path}: {exc}", store=STORE) from None
+            session = None if row is None else Session(*row)
+            if not seen & 1 and self._changes.value() == seen:
+                if len(self._kept) >= KEPT_SESSIONS:
+                    self._kept.clear()
+                self._kept[token_hash] = (session, seen)
+        if session is None or session.user != user:
             return None
-        session = Session(*row)
         if session.expires_ts is not None and session.expires_ts <= _now_ms():
             return None
         return session

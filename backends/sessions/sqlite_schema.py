@@ -3,6 +3,7 @@ schema, created or migrated at start-up (PRAGMA user_version)."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Callable
@@ -108,3 +109,14 @@ def open_retrying(open_: Callable[[], T], timeout: float) -> T:
             if "locked" not in str(exc) or time.monotonic() >= deadline:
                 raise
         time.sleep(0.05)
+
+
+def open_problem(path: str, exc: Exception) -> str:
+    """Why the store's file cannot be opened, in an operator's words."""
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        return f"the folder {folder} does not exist"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        # SQLite's WAL mode writes files beside the database, so the folder must be writable.
+        return f"the folder {folder} is not writable by this user (the WAL files live beside the file)"
+    return getattr(exc, "strerror", None) or str(exc)

@@ -1,0 +1,134 @@
+"""The SQLite store keeps the sessions it read only while no process has written since
+(the change counter, backends/sessions/sqlite_changes.py): a write by any process is seen
+by every other at its next read, as if nothing were kept."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from backends.sessions import Session
+from backends.sessions.sqlite import SqliteSessionStore
+from backends.sessions.sqlite_changes import _FORMAT, ChangeCounter
+from tests.servers import ROOT
+
+
+def session(token_hash: str, user: str = "alice", **kw) -> Session:
+    ts = int(time.time() * 1000)
+    return Session(token_hash, user, "D1", ts, "10.0.0.1", ts, **kw)
+
+
+class CountingConnection:
+    """The read connection, counting the reads that reach the file."""
+
+    def __init__(self, conn) -> None:
+        self.conn, self.reads = conn, 0
+
+    def execute(self, *args):
+        self.reads += 1
+        return self.conn.execute(*args)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+@pytest.fixture
+def two_stores(tmp_path, io_loop):
+    """Two stores on one file, as two worker processes have: `a` counts its reads."""
+    path = str(tmp_path / "s.db")
+    stores = [SqliteSessionStore(path, timeout=1.0), SqliteSessionStore(path, timeout=1.0)]
+    for store in stores:
+        io_loop.run_sync(store.start)
+    stores[0]._read_conn = CountingConnection(stores[0]._read_conn)
+    yield stores
+    for store in stores:
+        io_loop.run_sync(store.close)
+
+
+def test_the_counter_is_odd_while_a_write_runs_and_even_after(tmp_path):
+    first, second = ChangeCounter(str(tmp_path / "s.db")), ChangeCounter(str(tmp_path / "s.db"))
+    try:
+        assert first.value() == 0
+        with first.writing():
+            assert second.value() == 1  # the other process sees the write under way
+        assert second.value() == 2
+        with pytest.raises(RuntimeError), second.writing():
+            raise RuntimeError("rolled back")
+        assert first.value() == 4  # even again: a failed write moves it too
+        _FORMAT.pack_into(first._map, 0, 5)  # a writer that died mid-transaction
+        with first.writing():
+            assert second.value() % 2 == 1
+        assert second.value() % 2 == 0 and second.value() > 5
+    finally:
+        first.close()
+        second.close()
+
+
+async def test_a_kept_session_is_read_again_after_any_write_by_another_process(two_stores):
+    a, b = two_stores
+    await b.open(session("h1"), None)
+    assert (await a.get("alice", "h1")).ended_ts is None
+    reads = a._read_conn.reads
+    assert (await a.get("alice", "h1")).ended_ts is None
+    assert a._read_conn.reads == reads  # nothing written since: kept
+    assert await a.get("bob", "h1") is None  # kept for its own user only
+
+    assert await b.end("alice", "h1") is True  # a logout in the other process
+    ended = await a.get("alice", "h1")
+    assert ended is not None and ended.ended_ts is not None
+
+    assert await a.get("alice", "h2") is None  # an absence is kept too...
+    await b.open(session("h2"), None)
+    assert (await a.get("alice", "h2")).ended_ts is None  # ...until a login writes
+
+    await b.touch("alice", "h2", "10.9.9.9", 5)
+    assert (await a.get("alice", "h2")).last_seen_ip == "10.9.9.9"
+
+
+async def test_an_expired_session_is_refused_even_when_kept(two_stores, monkeypatch):
+    a, b = two_stores
+    await b.open(session("h1", expires_ts=int(time.time() * 1000) + 60_000), None)
+    assert await a.get("alice", "h1") is not None
+    monkeypatch.setattr("backends.sessions.sqlite._now_ms", lambda: int(time.time() * 1000) + 120_000)
+    assert await a.get("alice", "h1") is None
+
+
+async def test_while_a_write_seems_under_way_nothing_is_kept(two_stores):
+    a, b = two_stores
+    await b.open(session("h1"), None)
+    _FORMAT.pack_into(a._changes._map, 0, a._changes.value() + 1)  # odd: a writer died mid-way
+    reads = a._read_conn.reads
+    await a.get("alice", "h1")
+    await a.get("alice", "h1")
+    assert a._read_conn.reads == reads + 2
+    await b.end("alice", "h1")  # the next write makes it even again
+    assert a._changes.value() % 2 == 0
+    assert (await a.get("alice", "h1")).ended_ts is not None
+
+
+async def test_a_logout_in_another_process_is_seen_at_the_next_read(tmp_path):
+    """A real second process (the CLI's revoke does this) ends the session this one keeps."""
+    path = str(tmp_path / "s.db")
+    store = SqliteSessionStore(path, timeout=1.0)
+    await store.start()
+    try:
+        await store.open(session("h1"), None)
+        assert (await store.get("alice", "h1")).ended_ts is None
+        assert (await store.get("alice", "h1")).ended_ts is None
+        script = (
+            "import asyncio\n"
+            "from backends.sessions.sqlite import SqliteSessionStore\n"
+            "async def main():\n"
+            f"    s = SqliteSessionStore({path!r}, timeout=1.0)\n"
+            "    await s.start()\n"
+            "    assert await s.end('alice', 'h1')\n"
+            "    await s.close()\n"
+            "asyncio.run(main())\n"
+        )
+        subprocess.run([sys.executable, "-c", script], cwd=ROOT, check=True, timeout=60)
+        assert (await store.get("alice", "h1")).ended_ts is not None
+    finally:
+        await store.close()
