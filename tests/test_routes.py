@@ -17,8 +17,9 @@ def request(path: str) -> httputil.HTTPServerRequest:
     return httputil.HTTPServerRequest(start_line=line, headers=headers, connection=mock.Mock())
 
 
-def chosen(app: tornado.web.Application, path: str) -> type:
-    return app.find_handler(request(path)).handler_class
+def chosen(app: tornado.web.Application, path: str) -> tuple[type, list]:
+    delegate = app.find_handler(request(path))
+    return delegate.handler_class, delegate.path_args
 
 
 def test_every_route_resolves_as_tornado_resolves_it():
@@ -26,11 +27,14 @@ def test_every_route_resolves_as_tornado_resolves_it():
     ours = App(routes, default_handler_class=NotFoundHandler)
     tornados = tornado.web.Application(routes, default_handler_class=NotFoundHandler)
     paths = [*ours.fixed_paths, "/_matrix/client/v3/profile/@a:b", "/_matrix/client/v3/profile/@a:b/displayname",
-             "/_matrix/client/v3/devices/ABC", "/account/elsewhere", "/nowhere", "/_matrix/client/versions/",
-             "/_matrix/client/versionsX", "/_matrix/client/versions?x=1"]
+             "/_matrix/client/v3/profile/%40a%3Ab", "/_matrix/client/v3/profile/%E2%9C%93+x%2Fy",
+             "/_matrix/client/v3/profile/", "/_matrix/client/v3/profile/a/b/c", "/_matrix/client/v3/profile",
+             "/_matrix/client/v3/profile/%ZZ", "/_matrix/client/v3/devices/ABC", "/account/elsewhere", "/nowhere",
+             "/_matrix/client/versions/", "/_matrix/client/versionsX", "/_matrix/client/versions?x=1"]
     assert "/_matrix/client/versions" in ours.fixed_paths and "/_matrix/client/v3/capabilities" in ours.fixed_paths
+    assert ours.segment_route is not None and ours.segment_route[0] == "/_matrix/client/v3/profile/"
     for path in paths:
-        assert chosen(ours, path) is chosen(tornados, path), path
+        assert chosen(ours, path) == chosen(tornados, path), path
 
 
 class First(tornado.web.RequestHandler):
@@ -44,7 +48,16 @@ class Second(tornado.web.RequestHandler):
 def test_a_fixed_path_an_earlier_pattern_takes_stays_with_that_pattern():
     app = App([(r"/a/.*", First), (r"/a/b", Second), (r"/c\.d", Second), (r"/c.d", First), (r"/e", First, {"x": 1})])
     assert "/a/b" not in app.fixed_paths
-    assert chosen(app, "/a/b") is First
+    assert chosen(app, "/a/b")[0] is First
     # An unescaped dot is a pattern, not a fixed path: /cXd matches it, not the table.
-    assert app.fixed_paths["/c.d"][0] is Second and chosen(app, "/cXd") is First
+    assert app.fixed_paths["/c.d"][0] is Second and chosen(app, "/cXd")[0] is First
     assert app.fixed_paths["/e"] == (First, {"x": 1})
+    assert app.segment_route is None  # the first pattern left (/a/.*) is not one segment
+
+
+def test_a_segment_route_is_taken_only_when_nothing_before_it_is_a_pattern():
+    app = App([(r"/p/([^/]+)", First), (r"/p/fixed", Second)])
+    assert app.segment_route == ("/p/", First, None) and "/p/fixed" not in app.fixed_paths
+    assert chosen(app, "/p/fixed") == (First, [b"fixed"])  # the earlier pattern wins, as in Tornado
+    later = App([(r"/q/(\d+)", First), (r"/p/([^/]+)", Second)])
+    assert later.segment_route is None

@@ -52,17 +52,15 @@ def _http_date() -> str:
 class BaseHandler(RequestHandler):
     """Every handler's base: no HTML, no charset suffix, CORS everywhere, OPTIONS answered."""
 
+    # The server's parts (homeserver.context): every handler's one door to them (set by
+    # clear(), which Tornado calls first of all, so an attribute rather than a lookup).
+    hs: HomeServer
     requester: Requester | None = None
     # The access line's level when the handler says its answer is expected (homeserver.logs);
     # None: by the status.
     access_log_level: int | None = None
     _client_ip: str | None = None
     _request_id: str | None = None
-
-    @property
-    def hs(self) -> HomeServer:
-        """The server's parts (homeserver.context): every handler's one door to them."""
-        return self.application.settings["homeserver"]
 
     def initialize(self) -> None:
         # Track the request so a graceful shutdown waits for it (see homeserver.drain).
@@ -88,6 +86,7 @@ class BaseHandler(RequestHandler):
 
     def clear(self) -> None:
         """Tornado's clear(), with the Date header formatted once a second instead of per response."""
+        self.hs = self.application.settings["homeserver"]
         # Same headers in the same order as Tornado's; Content-Type is set below.
         self._headers = httputil.HTTPHeaders(
             {"Server": SERVER_HEADER, "Content-Type": JSON_TYPE, "Date": _http_date()}
