@@ -136,7 +136,8 @@ class TextFormatter(logging.Formatter):
 
     @property
     def formats_access_lines(self) -> bool:
-        return self._fmt == TEXT_FORMAT
+        """format_access() makes this formatter's lines: the server's format, the standard time."""
+        return self._fmt == TEXT_FORMAT and self.datefmt is None and isinstance(self._style, logging.PercentStyle)
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         if datefmt is not None:
@@ -202,7 +203,10 @@ class ServerLogHandler(logging.StreamHandler[TextIO]):
 
     def takes_access_lines(self, level: int) -> bool:
         """True when an access line at `level` would reach this handler, and only it, unchanged."""
-        if level < self.level or len(self.filters) != 1 or not getattr(self.formatter, "formats_access_lines", False):
+        filters = self.filters
+        if level < self.level or len(filters) != 1 or not isinstance(filters[0], RequestIdFilter):
+            return False
+        if not getattr(self.formatter, "formats_access_lines", False):
             return False
         logger: logging.Logger | None = access_log
         if access_log.filters or access_log.disabled:

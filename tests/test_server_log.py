@@ -103,6 +103,10 @@ def check_direct_only_alone(handler: ServerLogHandler) -> None:
         (lambda: handler.setLevel(logging.WARNING), lambda: handler.setLevel(logging.NOTSET)),
         (lambda: handler.setFormatter(logging.Formatter()), lambda: handler.setFormatter(text_formatter())),
         (lambda: handler.setFormatter(logs.TextFormatter("%(message)s")), lambda: handler.setFormatter(text_formatter())),
+        (lambda: handler.setFormatter(logs.TextFormatter(logs.TEXT_FORMAT, "%H:%M")),
+         lambda: handler.setFormatter(text_formatter())),
+        (lambda: handler.filters.__setitem__(0, logging.Filter()),
+         lambda: handler.filters.__setitem__(0, logs.RequestIdFilter())),
     ]:
         add()
         try:

@@ -9,9 +9,9 @@ store, so reading it costs no system call.
 
 It works as a seqlock:
 
-- a writer, holding an exclusive lock on the counter's file (so writers of all processes
-  take turns), makes the number odd before its transaction and even again after it
-  commits or rolls back;
+- a writer, holding an exclusive lock on the counter's file (so writers of all processes,
+  and of all threads of one, take turns), makes the number odd before its transaction and
+  even again after it commits or rolls back;
 - a reader that sees the same even number before and after its database read has read a
   state no transaction changed in between, and keeps it with that number;
 - while the number still shows that value, no transaction has started since: the kept
@@ -32,10 +32,15 @@ import fcntl
 import mmap
 import os
 import struct
+import threading
 from collections.abc import Iterator
 
 SIZE = 8
 _FORMAT = struct.Struct("<Q")
+# fcntl locks exclude processes, not the threads of one process: two stores on one file
+# in a process (tests, a command run inside another program) take turns on this too.
+_THREAD_LOCKS: dict[str, threading.Lock] = {}
+_THREAD_LOCKS_GUARD = threading.Lock()
 
 
 class ChangeCounter:
@@ -43,6 +48,8 @@ class ChangeCounter:
 
     def __init__(self, database_path: str) -> None:
         self.path = database_path + "-changes"
+        with _THREAD_LOCKS_GUARD:
+            self._thread_lock = _THREAD_LOCKS.setdefault(os.path.realpath(self.path), threading.Lock())
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
         try:
             if os.fstat(self._fd).st_size < SIZE:
@@ -61,11 +68,12 @@ class ChangeCounter:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        fcntl.lockf(self._fd, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.lockf(self._fd, fcntl.LOCK_UN)
+        with self._thread_lock:
+            fcntl.lockf(self._fd, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.lockf(self._fd, fcntl.LOCK_UN)
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:

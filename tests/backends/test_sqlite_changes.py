@@ -132,3 +132,37 @@ async def test_a_logout_in_another_process_is_seen_at_the_next_read(tmp_path):
         assert (await store.get("alice", "h1")).ended_ts is not None
     finally:
         await store.close()
+
+
+def test_writers_in_threads_of_one_process_take_turns(tmp_path):
+    """fcntl locks do not exclude threads of one process; the counter's own lock does."""
+    import threading
+
+    first, second = ChangeCounter(str(tmp_path / "s.db")), ChangeCounter(str(tmp_path / "s.db"))
+    inside, release = threading.Event(), threading.Event()
+    seen: list[int] = []
+
+    def slow_writer() -> None:
+        with first.writing():
+            inside.set()
+            release.wait(10)
+
+    def other_writer() -> None:
+        with second.writing():
+            seen.append(second.value())
+
+    try:
+        one = threading.Thread(target=slow_writer)
+        one.start()
+        inside.wait(10)
+        two = threading.Thread(target=other_writer)
+        two.start()
+        two.join(0.3)
+        assert two.is_alive() and not seen  # waits for the first writer
+        release.set()
+        one.join(10)
+        two.join(10)
+        assert seen == [3] and first.value() == 4  # one after the other: 1, 2, then 3, 4
+    finally:
+        first.close()
+        second.close()
