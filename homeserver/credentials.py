@@ -63,10 +63,9 @@ class Credentials:
     def __init__(self, secret: str, previous: Sequence[str] = (), *, end_on_password_change: bool = True) -> None:
         self.keys = [_key(secret), *(_key(s) for s in previous if s != secret)]
         self.end_on_password_change = end_on_password_change
-        self._cache: dict[User, Fingerprint] = {}
-        # The last record seen per name, by identity: a backend that keeps its records (the
-        # users file) hands back the same object each time, found without hashing it.
-        self._last: dict[str, tuple[User, Fingerprint]] = {}
+        # The last record seen per name and its fingerprints: a backend that keeps its records
+        # (the users file) hands back the same object each time, found without comparing it.
+        self._cache: dict[str, tuple[User, Fingerprint]] = {}
 
     @staticmethod
     def _digest(key: bytes, material: str) -> str:
@@ -75,19 +74,14 @@ class Credentials:
 
     def of(self, user: User) -> Fingerprint:
         """The fingerprints a new session of `user` is opened with (remembered per user record)."""
-        last = self._last.get(user.name)
-        if last is not None and last[0] is user:
-            return last[1]
-        found = self._cache.get(user)
-        if found is None:
-            key = self.keys[0]
-            found = Fingerprint(self._digest(key, identity_material(user)), self._digest(key, password_material(user)))
-            if len(self._cache) >= CACHE_SIZE:
-                self._cache.clear()
-            self._cache[user] = found
-        if len(self._last) >= CACHE_SIZE:
-            self._last.clear()
-        self._last[user.name] = (user, found)
+        cached = self._cache.get(user.name)
+        if cached is not None and (cached[0] is user or cached[0] == user):
+            return cached[1]
+        key = self.keys[0]
+        found = Fingerprint(self._digest(key, identity_material(user)), self._digest(key, password_material(user)))
+        if len(self._cache) >= CACHE_SIZE:
+            self._cache.clear()
+        self._cache[user.name] = (user, found)
         return found
 
     def accepted(self, user: User) -> tuple[list[str], list[str] | None]:

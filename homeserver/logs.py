@@ -66,13 +66,19 @@ def log_request(handler: Any) -> None:
     access_log.handle(access_log.makeRecord(access_log.name, level, "(access log)", 0, ACCESS_FORMAT, args, None))
 
 
-def record_time() -> tuple[float, float]:
-    """`created` and `msecs` of a record made now, computed as this Python's LogRecord does."""
-    if sys.version_info >= (3, 13):
+if sys.version_info >= (3, 13):
+
+    def record_time() -> tuple[float, float]:
+        """`created` and `msecs` of a record made now, computed as this Python's LogRecord does."""
         ns = time.time_ns()
         return ns / 1e9, (ns % 1_000_000_000) // 1_000_000 + 0.0
-    now = time.time()
-    return now, int((now - int(now)) * 1000) + 0.0
+
+else:
+
+    def record_time() -> tuple[float, float]:
+        """`created` and `msecs` of a record made now, computed as this Python's LogRecord does."""
+        now = time.time()
+        return now, int((now - int(now)) * 1000) + 0.0
 
 
 _pid = os.getpid()
