@@ -138,7 +138,11 @@ class AccountPageHandler(PageHandler):
 
     async def end_one(self, user: User, session: PageSession) -> None:
         device_id = self.get_body_argument("device_id", "")
-        if not await page.end_devices(self.hs, user, [device_id]):
+        # A device the user does not have is a 404 before anything ends (with delegation,
+        # nothing is asked of Synapse for it either).
+        if await page.get_device(self.hs, user, device_id) is None or not await page.end_devices(
+            self.hs, user, [device_id]
+        ):
             # Gone already (another tab, another client): say so on the list.
             await self.show(page.SESSION_VIEW, device_id)
             return
@@ -146,7 +150,19 @@ class AccountPageHandler(PageHandler):
         self.go(page.SESSIONS_LIST, notice="ended")
 
     async def end_others(self, user: User, session: PageSession) -> None:
+        """Every session but one: the one kept must be the user's (404 otherwise, as `end`),
+        and ending sessions in bulk asks for the password, as signing out everywhere does."""
         keep = self.get_body_argument("device_id", "")
+        if await page.get_device(self.hs, user, keep) is None:
+            await self.show(page.SESSION_VIEW, keep)
+            return
+        try:
+            await page.confirm_password(self.hs, user, self.get_body_argument("password", ""), self.client_ip)
+        except PageError as exc:
+            for header, value in exc.headers.items():
+                self.set_header(header, value)
+            await self.show(page.SESSION_VIEW, keep, status=exc.status, error=exc.message)
+            return
         others = [d["device_id"] for d in await page.list_devices(self.hs, user) if d["device_id"] != keep]
         if others:
             await page.end_devices(self.hs, user, others)

@@ -311,7 +311,7 @@ async def test_rename_too_long_is_a_page_error(browser, signed_in):
 
 
 async def test_end_others(browser, signed_in, fetch):
-    resp = await browser.post({"op": "end_others", "device_id": "LAPTOP"})
+    resp = await browser.post({"op": "end_others", "device_id": "LAPTOP", "password": "wonderland"})
     assert "Every other session is signed out." in assert_page(await browser.follow(resp))
     assert_error(await fetch(WHOAMI, token=signed_in["PHONE"]), 401, "M_UNKNOWN_TOKEN")
     assert_json(await fetch(WHOAMI, token=signed_in["LAPTOP"]))
