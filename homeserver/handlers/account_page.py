@@ -27,7 +27,7 @@ class AccountPageHandler(PageHandler):
     async def get(self) -> None:
         action = page.action_of(self.get_query_argument("action", None))
         device_id = self.get_query_argument("device_id", None) or None
-        notice = NOTICES.get(self.get_query_argument("notice", ""))
+        notice = self.take_flash()
         if self.user is None:
             why = WHY_SIGNED_OUT.get(self.signed_out_why or "")
             self.render_page("signin.html", action=action, device_id=device_id, notice=notice or why, title="Sign in")
@@ -96,7 +96,10 @@ class AccountPageHandler(PageHandler):
             raise PageError(400, "The request could not be understood.")
         await handler(self.user, self.session)
 
-    def go(self, action: str | None = None, **params: str | None) -> None:
+    def go(self, action: str | None = None, notice: str | None = None, **params: str | None) -> None:
+        """303 to a page, with the outcome of the form (`notice`) in the flash cookie."""
+        if notice is not None:
+            self.flash(notice)
         self.redirect(page_url(action, **params), status=303)
 
     async def sign_in(self) -> None:
