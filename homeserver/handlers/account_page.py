@@ -59,19 +59,25 @@ class AccountPageHandler(PageHandler):
         if action in (page.SESSION_VIEW, page.SESSION_END) and device_id is not None:
             device = await page.get_device(self.hs, user, device_id)
             if device is None:
-                devices = await page.list_devices(self.hs, user)
-                self.render_page(
-                    "sessions.html", 404, devices=devices, notice=notice,
-                    error=f"You have no session {device_id!r}: it may be signed out already.", title="Your sessions",
-                )
+                error = f"You have no session {device_id!r}: it may be signed out already."
+                await self.sessions_page(404, notice=notice, error=error)
                 return
             template = "end.html" if action == page.SESSION_END else "session.html"
             others = [d for d in await page.list_devices(self.hs, user) if d["device_id"] != device_id]
             title = "Sign out a session" if action == page.SESSION_END else "Session"
             self.render_page(template, status, device=device, others=len(others), notice=notice, title=title, **values)
             return
-        devices = await page.list_devices(self.hs, user)
-        self.render_page("sessions.html", status, devices=devices, notice=notice, title="Your sessions", **values)
+        await self.sessions_page(status, notice=notice, **values)
+
+    async def sessions_page(self, status: int, **values: Any) -> None:
+        """The sessions list: this page's own sign-ins (this browser marked) and the Matrix sessions."""
+        user = self.user
+        assert user is not None
+        values["devices"] = await page.list_devices(self.hs, user)
+        values["browsers"] = await self.sessions.list_open(user)
+        values["this_browser"] = self.session.nonce if self.session is not None else None
+        values.setdefault("current", page.SESSIONS_LIST)
+        self.render_page("sessions.html", status, title="Your sessions", **values)
 
     async def post(self) -> None:
         op = self.get_body_argument("op", "")
@@ -117,7 +123,7 @@ class AccountPageHandler(PageHandler):
                 title="Sign in",
             )
             return
-        session = self.sessions.new(user)
+        session = await self.sessions.open(user, self.client_ip, self.request.headers.get("User-Agent", ""))
         self.set_signed_cookie(page.COOKIE, session.encode(), max_age=page.LIFETIME)
         logger.info("account page: %s signed in", user.name)
         self.go(action, device_id=device_id if action in (page.SESSION_VIEW, page.SESSION_END) else None)
@@ -178,12 +184,7 @@ class AccountPageHandler(PageHandler):
         except PageError as exc:
             for header, value in exc.headers.items():
                 self.set_header(header, value)
-            self.set_status(exc.status)
-            devices = await page.list_devices(self.hs, user)
-            self.render_page(
-                "sessions.html", exc.status, devices=devices, error=exc.message, title="Your sessions",
-                current=page.SESSIONS_LIST,
-            )
+            await self.sessions_page(exc.status, error=exc.message)
             return
         await page.end_devices(self.hs, user, None)
         await self.sessions.end(session)

@@ -18,7 +18,7 @@ from tornado.web import HTTPError, RequestHandler
 from backends.base import User
 from homeserver import account_page as page
 from homeserver import audit, request_id
-from homeserver.account_page import PageError, PageSession, PageSessions
+from homeserver.account_page import PageError, PageSession, PageSignIns
 from homeserver.context import HomeServer
 from homeserver.errors import MatrixError, StoreUnavailable
 from homeserver.logs import scrub_uri
@@ -92,14 +92,17 @@ class PageHandler(RequestHandler):
     signed_out_why: str | None = None
     _client_ip: str | None = None
     _request_id: str | None = None
+    _sign_ins: PageSignIns | None = None
 
     @property
     def hs(self) -> HomeServer:
         return self.application.settings["homeserver"]
 
     @property
-    def sessions(self) -> PageSessions:
-        return PageSessions(self.settings["cookie_secret"], self.hs)
+    def sessions(self) -> PageSignIns:
+        if self._sign_ins is None:
+            self._sign_ins = PageSignIns(self.settings["cookie_secret"], self.hs)
+        return self._sign_ins
 
     @property
     def secure(self) -> bool:
