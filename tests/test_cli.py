@@ -146,3 +146,34 @@ def test_add_user_with_an_email_address_and_logging_in_with_it(conf, tmp_path):
     assert record["email"] == "Eve@Example.org"
     bad = run("add-user", "zed", "--ident", "z", "--email", "zed", "--config", str(conf), stdin="pw\n")
     assert bad.returncode == 1 and bad.stderr == "homeserver: error: --email 'zed' is not an e-mail address\n"
+
+
+def test_serve_warns_once_of_a_users_file_and_a_secret_file_others_may_read(tmp_path):
+    """Each file named once however many processes read it (the workers inherit the parent's word)."""
+    users = tmp_path / "users.json"
+    users.write_text(json.dumps({"users": [{"name": "ann", "password": "00", "ident": "a"}]}))
+    users.chmod(0o644)
+    secret = tmp_path / "kept.secret"
+    secret.write_text("k" * 40 + "\n")
+    secret.chmod(0o640)
+    config = tmp_path / "hs.toml"
+    config.write_text(
+        '[server]\nhost = "127.0.0.1"\nport = 0\nprocesses = 2\n[auth]\nsecret_file = "kept.secret"\n'
+        '[backend.file]\npath = "users.json"\ncheck_passwords = false\n'
+    )
+    log = tmp_path / "server.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "run.py", "--config", str(config)], cwd=ROOT, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        # The parent's probe and each worker load the users: three times.
+        while log.read_text().count("loaded 1 users from") < 3:
+            assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+    text = log.read_text()
+    assert text.count(f"backend.file.path {users} can be accessed by others (mode 0644); chmod o-rwx it") == 1, text
+    assert text.count(f"auth.secret_file {secret} can be accessed by group or others (mode 0640); chmod 600 it") == 1
