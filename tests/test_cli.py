@@ -1,7 +1,9 @@
 """The command line, run as a user would: python run.py ..."""
 
+import glob
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -177,3 +179,23 @@ def test_serve_warns_once_of_a_users_file_and_a_secret_file_others_may_read(tmp_
     text = log.read_text()
     assert text.count(f"backend.file.path {users} can be accessed by others (mode 0644); chmod o-rwx it") == 1, text
     assert text.count(f"auth.secret_file {secret} can be accessed by group or others (mode 0640); chmod 600 it") == 1
+
+
+# A password given on the command line of a shell stays in its history: `echo 'pw' | run.py
+# hash-password`, `printf`, a here-string. The docs type it at the prompt or read a file.
+PASSWORD_IN_HISTORY = re.compile(
+    r"""(?:\b(?:echo|printf)\b[^|\n]*\|[^\n]*|<<<[^\n]*)run\.py[^\n]*\b(?:hash-password|add-user)\b"""
+    r"""|run\.py[^\n]*\b(?:hash-password|add-user)\b[^\n]*<<<"""
+)
+
+
+def test_no_documented_command_puts_a_password_into_shell_history():
+    found = []
+    for path in [os.path.join(ROOT, "README.md"), *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read().replace("\\\n", " ")  # continuation lines as one command
+        found += [f"{os.path.basename(path)}: {m.group(0)}" for m in PASSWORD_IN_HISTORY.finditer(text)]
+    assert found == []
+    assert PASSWORD_IN_HISTORY.search("echo -n 'secret' | .venv/bin/python run.py hash-password")
+    assert PASSWORD_IN_HISTORY.search("printf 'pw\\n' | python run.py add-user bob --ident b")
+    assert not PASSWORD_IN_HISTORY.search("python run.py add-user bob --ident b < password.txt")
