@@ -17,9 +17,28 @@ logger = logging.getLogger(__name__)
 
 # Group or others may do anything with it: a secret is for the service's own user.
 EXPOSED = stat.S_IRWXG | stat.S_IRWXO
+WARNING = "%s %s can be accessed by %s (mode %04o); chmod %s it"
 # Warned of already in this process (worker processes inherit it from the parent, which
 # reads the secrets before the fork): each file is named once, not once per process or read.
 _warned: set[tuple[str, str, int]] = set()
+# While the server starts, the warnings wait here (None: not holding) and are logged once
+# it serves: a start-up that fails says its one error line and nothing else.
+_held: list[tuple[str, str, str, int, str]] | None = None
+
+
+def hold_warnings() -> None:
+    """Keep the warnings back from now on, until `release_warnings()`."""
+    global _held
+    if _held is None:
+        _held = []
+
+
+def release_warnings() -> None:
+    """Log the warnings held back (start-up succeeded), and log later ones at once."""
+    global _held
+    held, _held = _held, None
+    for args in held or ():
+        logger.warning(WARNING, *args)
 
 
 class SecretFileMissing(ConfigError):
@@ -35,7 +54,11 @@ def warn_if_exposed(key: str, path: str, mode: int, exposed: int = EXPOSED) -> b
         return True
     _warned.add((key, path, mode))
     who, fix = ("group or others", "600") if exposed & stat.S_IRWXG else ("others", "o-rwx")
-    logger.warning("%s %s can be accessed by %s (mode %04o); chmod %s it", key, path, who, stat.S_IMODE(mode), fix)
+    args = (key, path, who, stat.S_IMODE(mode), fix)
+    if _held is not None:
+        _held.append(args)
+    else:
+        logger.warning(WARNING, *args)
     return True
 
 

@@ -52,7 +52,6 @@ def write_config(folder: Any, extra: str = "") -> str:
     """A config in `folder` on the file backend (the test users) and its default SQLite
     session store, plus `extra` TOML; its path."""
     (folder / "users.json").write_text(json.dumps({"users": DEFAULT_USERS}))
-    (folder / "users.json").chmod(0o600)  # as installed: a users file others may read is a warning at start
     path = folder / "homeserver.toml"
     path.write_text(
         f'[auth]\njwt_secret = "{JWT_SECRET}"\n[backend.file]\npath = "users.json"\n'

@@ -150,8 +150,8 @@ def test_add_user_with_an_email_address_and_logging_in_with_it(conf, tmp_path):
     assert bad.returncode == 1 and bad.stderr == "homeserver: error: --email 'zed' is not an e-mail address\n"
 
 
-def test_serve_warns_once_of_a_users_file_and_a_secret_file_others_may_read(tmp_path):
-    """Each file named once however many processes read it (the workers inherit the parent's word)."""
+def exposed_files_config(tmp_path, processes: int, extra: str = ""):
+    """A users file others may read and a signing secret its group may read; the config's path."""
     users = tmp_path / "users.json"
     users.write_text(json.dumps({"users": [{"name": "ann", "password": "00", "ident": "a"}]}))
     users.chmod(0o644)
@@ -160,17 +160,36 @@ def test_serve_warns_once_of_a_users_file_and_a_secret_file_others_may_read(tmp_
     secret.chmod(0o640)
     config = tmp_path / "hs.toml"
     config.write_text(
-        '[server]\nhost = "127.0.0.1"\nport = 0\nprocesses = 2\n[auth]\nsecret_file = "kept.secret"\n'
-        '[backend.file]\npath = "users.json"\ncheck_passwords = false\n'
+        f'[server]\nhost = "127.0.0.1"\nport = 0\nprocesses = {processes}\n[auth]\nsecret_file = "kept.secret"\n'
+        f'[backend.file]\npath = "users.json"\ncheck_passwords = false\n{extra}'
     )
+    return config, users, secret
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_failed_start_up_is_one_line_even_with_files_others_may_read(tmp_path, processes):
+    # The warnings wait until the server serves: the one line stays the only one.
+    extra = '[logging]\nlevel = "WARNING"\n[sessions.sqlite]\npath = "no/such/folder/s.db"\n'
+    config, _, _ = exposed_files_config(tmp_path, processes, extra)
+    result = run("--config", str(config))
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [result.stderr.strip()] and "sessions.sqlite.path" in result.stderr
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_serve_warns_once_of_a_users_file_and_a_secret_file_others_may_read(tmp_path, processes):
+    """Each file named once however many processes read it (the workers inherit the parent's word)."""
+    config, users, secret = exposed_files_config(tmp_path, processes)
     log = tmp_path / "server.log"
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "run.py", "--config", str(config)], cwd=ROOT, stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
-        # The parent's probe and each worker load the users: three times.
-        while log.read_text().count("loaded 1 users from") < 3:
+        # With workers, the parent's probe and each worker load the users: three times.
+        while log.read_text().count("loaded 1 users from") < (1 if processes == 1 else 3) or (
+            "listening on" not in log.read_text()
+        ):
             assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
             time.sleep(0.05)
     finally:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from backends import secret_file
 from backends.secret_file import read_secret_file
 from homeserver.config import build_config
 from homeserver.context import create_backend
@@ -110,3 +111,22 @@ def test_a_password_keeps_its_spaces_a_secret_does_not(tmp_path):
     assert read_secret_file("delegation.secret_file", path) == "pass word"
     with pytest.raises(ConfigError, match=r"^delegation\.secret_file: .*pw holds fewer than 32 bytes$"):
         read_secret_file("delegation.secret_file", path, min_bytes=32)
+
+
+def test_warnings_held_during_start_up_come_out_when_released(tmp_path, caplog):
+    path = write(tmp_path / "held.secret", SECRET, 0o644)
+    secret_file.hold_warnings()
+    try:
+        with caplog.at_level(logging.WARNING):
+            read_secret_file("delegation.secret_file", path)
+            assert secret_warnings(caplog) == []  # a start-up that fails now says only its error
+    finally:
+        with caplog.at_level(logging.WARNING):
+            secret_file.release_warnings()
+    assert secret_warnings(caplog) == [
+        f"delegation.secret_file {path} can be accessed by group or others (mode 0644); chmod 600 it"
+    ]
+    later = write(tmp_path / "later.secret", SECRET, 0o644)
+    with caplog.at_level(logging.WARNING):
+        read_secret_file("delegation.secret_file", later)  # released: at once
+    assert len(secret_warnings(caplog)) == 2
