@@ -4,78 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
-import grp
 import json
 import logging
 import os
-import pwd
-import tempfile
-from collections.abc import Collection, Iterator
+import stat
+from collections.abc import Collection
 from typing import Any
 
 from tornado.ioloop import PeriodicCallback
 
-from backends.base import (
-    ConfigError,
-    User,
-    UserBackend,
-    UserExists,
-    UserIncomplete,
-    canonical_email,
-    resolve_path,
-    stored_fields,
-)
-from backends.hashes import operator_mistake
+from backends import file_writer
+from backends.base import ConfigError, User, UserBackend, canonical_email, resolve_path
+from backends.file_writer import write_atomically as write_atomically  # where tests and tools found it
+from backends.secret_file import warn_if_exposed
+from backends.users_file import parse_users
 
 logger = logging.getLogger(__name__)
 
-REQUIRED = ("name", "password", "ident")
-OPTIONAL = ("display_name", "avatar_url", "email")
-
-
-def parse_users(document: Any, source: str, *, check_passwords: bool = True) -> dict[str, User]:
-    """Validate a `{"users": [...]}` document into {name: User}; ConfigError names the record.
-
-    With `check_passwords`, a password that is plainly an operator's slip (a bcrypt hash
-    as plain text, or hex of something that is no bcrypt hash) is such an error too, so
-    it stops start-up instead of failing every login of that user. Text that is not hex
-    at all loads, and its logins answer the specification's rule 4.
-    """
-    if not isinstance(document, dict) or not isinstance(document.get("users"), list):
-        raise ConfigError(f"users file {source}: expected an object with a \"users\" list")
-    users: dict[str, User] = {}
-    for index, record in enumerate(document["users"]):
-        where = f"users file {source}: record {index}"
-        if not isinstance(record, dict):
-            raise ConfigError(f"{where}: expected an object")
-        if isinstance(record.get("name"), str):
-            where = f"{where} ({record['name']!r})"
-        for key in REQUIRED:
-            if key not in record:
-                raise ConfigError(f"{where}: missing required field {key!r}")
-            if not isinstance(record[key], str):
-                raise ConfigError(f"{where}: field {key!r} must be a string")
-        for key in OPTIONAL:
-            if record.get(key) is not None and not isinstance(record[key], str):
-                raise ConfigError(f"{where}: field {key!r} must be a string")
-        if record.get("locked") is not None and not isinstance(record["locked"], bool):
-            raise ConfigError(f"{where}: field 'locked' must be true or false")
-        if record["name"] in users:
-            raise ConfigError(f"{where}: duplicate name")
-        problem = operator_mistake(record["password"]) if check_passwords else None
-        if problem is not None:
-            raise ConfigError(f"{where}: field 'password' cannot be used: {problem}")
-        users[record["name"]] = User(
-            name=record["name"],
-            password=record["password"],
-            ident=record["ident"],
-            display_name=record.get("display_name"),
-            avatar_url=record.get("avatar_url"),
-            email=record.get("email"),
-            locked=record.get("locked") is True,
-        )
-    return users
+__all__ = ["FileBackend", "email_index", "fold_index", "parse_users", "read_users_file", "write_atomically"]
 
 
 def email_index(users: dict[str, User]) -> dict[str, list[str]]:
@@ -139,96 +85,6 @@ def read_versioned(path: str, check_passwords: bool = True) -> tuple[Signature |
         return signature, exc
 
 
-@contextlib.contextmanager
-def _locked(path: str) -> Iterator[None]:
-    """Serialise writers (concurrent add-user runs) with a lock on the users file's folder.
-
-    No lock file: it would be left beside the users file (which may be tracked in git).
-    Not a lock on the users file either: each writer replaces it by a rename, so a writer
-    that waited on the old file would hold a lock on an inode no one else uses. The folder
-    stays put. Readers take no lock: they see the old file or the new one, whole.
-    """
-    folder = os.path.dirname(path)
-    try:
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError as exc:
-        raise ConfigError(f"users file {path}: cannot open its folder ({exc.strerror})") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
-def _user_fields(user: User) -> dict[str, Any]:
-    """The record's fields as add-user sets them (None: the field is left out)."""
-    return stored_fields(user)
-
-
-def _user_record(user: User) -> dict[str, Any]:
-    record = {key: value for key, value in _user_fields(user).items() if value is not None}
-    record.setdefault("password", "")
-    return record
-
-
-def _replace_record(old: dict[str, Any], user: User, keep: Collection[str]) -> dict[str, Any]:
-    """The old record with the fields of `user` set (None removes one), except those in `keep`.
-
-    Keys add-user does not know stay as they were.
-    """
-    record = dict(old)
-    for key, value in _user_fields(user).items():
-        if key in keep:
-            continue
-        if value is None:
-            record.pop(key, None)
-        else:
-            record[key] = value
-    return record
-
-
-def _owner_text(uid: int, gid: int) -> str:
-    try:
-        user = pwd.getpwuid(uid).pw_name
-    except KeyError:
-        user = str(uid)
-    try:
-        group = grp.getgrgid(gid).gr_name
-    except KeyError:
-        group = str(gid)
-    return f"{user}:{group}"
-
-
-def write_atomically(path: str, data: bytes, mode: int = 0o600, owner: tuple[int, int] | None = None) -> None:
-    """Replace `path` with `data` so readers see the old or the new file, never half.
-
-    `owner` (uid, gid) is given to the new file before it takes the old one's place, so a
-    `root:homeserver 0640` users file stays readable by the service after root edits it.
-    """
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".users-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-            st = os.fstat(fh.fileno())
-        if owner is not None and (st.st_uid, st.st_gid) != owner:
-            try:
-                os.chown(tmp, *owner)  # before chmod: chown clears set-id bits
-            except PermissionError:
-                raise ConfigError(
-                    f"users file {path}: cannot keep its owner {_owner_text(*owner)}; "
-                    "run add-user as root or as that user"
-                ) from None
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
 class FileBackend(UserBackend):
     """Users from a JSON file, held in memory with a case-folded index.
 
@@ -238,6 +94,9 @@ class FileBackend(UserBackend):
     """
 
     name = "file"
+    #: Warn at start of a users file others may read (it holds password hashes). The
+    #: command-line tools turn it off: they read the file, or rewrite it private.
+    warn_exposed = True
 
     def __init__(self, path: str, reload_interval: float = 0.0, check_passwords: bool = True) -> None:
         self.path = path
@@ -287,6 +146,9 @@ class FileBackend(UserBackend):
             raise users
         self._install(signature, users)
         logger.info("loaded %d users from %s", len(self.users), self.path)
+        if self.warn_exposed:
+            with contextlib.suppress(OSError):
+                warn_if_exposed("backend.file.path", self.path, os.stat(self.path).st_mode, exposed=stat.S_IRWXO)
         if self.reload_interval > 0 and self._poller is None:
             self._poller = PeriodicCallback(self._poll, self.reload_interval * 1000, jitter=0.1)
             self._poller.start()
@@ -340,58 +202,7 @@ class FileBackend(UserBackend):
 
     async def set_locked(self, name: str, locked: bool) -> bool:
         """Set or clear the record's `locked`; the server sees it at its next reload (polling or SIGHUP)."""
-        path = os.path.realpath(self.path)
-        with _locked(path):
-            document, st = self._read_for_update(path)
-            record = next((r for r in document["users"] if r["name"] == name), None)
-            if record is None:
-                return False
-            if locked:
-                record["locked"] = True
-            else:
-                record.pop("locked", None)
-            self._write_document(path, document, st)
-        return True
-
-    @staticmethod
-    def _read_for_update(path: str) -> tuple[dict[str, Any], os.stat_result | None]:
-        """The users file as JSON and its stat (None when missing), checked as a whole."""
-        try:
-            with open(path, "rb") as fh:
-                document = json.load(fh)
-                st: os.stat_result | None = os.fstat(fh.fileno())
-        except FileNotFoundError:
-            document, st = {"users": []}, None
-        except ValueError as exc:
-            raise ConfigError(f"users file {path}: malformed JSON: {exc}") from None
-        # Refuse to build on a broken file; a bad password elsewhere is no reason to
-        # refuse, and replacing that very record is how it gets fixed.
-        parse_users(document, path, check_passwords=False)
-        return document, st
-
-    @staticmethod
-    def _write_document(path: str, document: dict[str, Any], st: os.stat_result | None) -> None:
-        data = json.dumps(document, indent=2, ensure_ascii=False).encode("utf-8") + b"\n"
-        if st is None:
-            write_atomically(path, data, 0o600)
-        else:
-            write_atomically(path, data, st.st_mode & 0o777, owner=(st.st_uid, st.st_gid))
+        return file_writer.set_locked(self.path, name, locked)
 
     async def add_user(self, user: User, *, overwrite: bool = False, keep: Collection[str] = ()) -> bool:
-        # Write where a symlinked users file really lives, not over the link.
-        path = os.path.realpath(self.path)
-        with _locked(path):
-            document, st = self._read_for_update(path)
-            records = document["users"]
-            index = next((i for i, r in enumerate(records) if r["name"] == user.name), None)
-            if index is not None and not overwrite:
-                raise UserExists(user.name)
-            if index is None:
-                missing = [key for key in ("password", "ident") if key in keep]
-                if missing:
-                    raise UserIncomplete(user.name, missing)
-                records.append(_user_record(user))
-            else:
-                records[index] = _replace_record(records[index], user, keep)
-            self._write_document(path, document, st)
-        return index is not None
+        return file_writer.add_user(self.path, user, overwrite=overwrite, keep=keep)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import re
-import stat
 import string
 import urllib.parse
 from dataclasses import dataclass
@@ -16,8 +14,7 @@ from ldap3.operation.search import parse_filter
 
 from backends.base import ConfigError, resolve_path
 from backends.ldap_locks import LockFilter, default_filter
-
-logger = logging.getLogger(__name__)
+from backends.secret_file import read_secret_file
 
 ROLES = ("name", "display_name", "ident", "avatar_url", "password", "email")
 # The entry's own identity, whichever the directory has (OpenLDAP and 389-DS 2.x entryUUID,
@@ -92,21 +89,6 @@ def _check_filter(text: str) -> str:
     return text
 
 
-def _read_password_file(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-        mode = os.stat(path).st_mode
-    except OSError as exc:
-        raise ConfigError(f"backend.ldap.bind_password_file: {path} cannot be read ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"backend.ldap.bind_password_file: {path} is not UTF-8 text") from None
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        logger.warning("backend.ldap.bind_password_file %s can be accessed by group or others; chmod 600 it", path)
-    # Only the line ending an editor adds is dropped: a password may end in spaces.
-    return text.removesuffix("\n").removesuffix("\r")
-
-
 def _check_ident_template(template: str) -> str:
     """`{ident}` exactly once and no other field; `{{` and `}}` stand for literal braces."""
     try:
@@ -146,7 +128,7 @@ def parse_settings(options: dict[str, Any], config_dir: str) -> LdapSettings:
         raise ConfigError("backend.ldap: set bind_password or bind_password_file, not both")
     if password_file:
         password_file = resolve_path(password_file, config_dir)
-        password = _read_password_file(password_file)
+        password = read_secret_file("backend.ldap.bind_password_file", password_file, strip=False)
     # A simple bind with a DN and no password is an "unauthenticated bind": many servers
     # accept it as anonymous, which would hide a configuration mistake.
     if bind_dn and not password:

@@ -32,7 +32,7 @@ from backends.sessions.pages import MAX_USER_AGENT, BrowserSession
 from homeserver import audit
 from homeserver.delegation.synapse import SynapseNotFound
 from homeserver.devices import device_body, display_name_of
-from homeserver.errors import MatrixError
+from homeserver.errors import M_USER_LOCKED, MatrixError
 from homeserver.login import LoginRefused, login_outcome
 from homeserver.login_request import parse_login
 from homeserver.names import user_id
@@ -198,7 +198,7 @@ class PageError(Exception):
 def _page_error(error: MatrixError) -> PageError:
     if isinstance(error, LoginRefused) or error.status in (400, 403):
         return PageError(403, WRONG_CREDENTIALS)
-    if error.errcode == "M_USER_LOCKED":
+    if error.errcode == M_USER_LOCKED:
         return PageError(403, ACCOUNT_LOCKED)
     if error.status == 429:
         retry = error.headers.get("Retry-After", "1")

@@ -17,6 +17,7 @@ from homeserver import __version__
 from homeserver.cli_delegation import add_commands as add_delegation_commands
 from homeserver.cli_sessions import UnknownTarget
 from homeserver.cli_sessions import add_commands as add_session_commands
+from homeserver.cli_stores import user_backend
 from homeserver.config import Config, load_config
 from homeserver.config_schema import server_name_problem
 from homeserver.errors import ConfigError, StoreDataError, StoreUnavailable
@@ -36,6 +37,8 @@ class CommandError(Exception):
 
 def read_password(prompt: str = "Password: ") -> str:
     """One password: typed twice on a terminal, else the first line of standard input."""
+    if sys.stdin is None:  # started with standard input closed (`<&-`): Python gives no stdin at all
+        raise CommandError("no password: standard input is closed")
     try:
         if sys.stdin.isatty():
             first = getpass.getpass(prompt)
@@ -102,8 +105,6 @@ def _given(value: str | None) -> str | None:
 
 
 def cmd_add_user(args: argparse.Namespace) -> int:
-    from homeserver.context import create_backend
-
     # Everything that can be checked is checked before the password is read and hashed.
     if not NAME_RE.fullmatch(args.name):
         raise CommandError(f"invalid name {args.name!r}: use only a-z, 0-9 and . _ = - / +")
@@ -146,11 +147,8 @@ def cmd_add_user(args: argparse.Namespace) -> int:
     )
 
     async def add() -> bool:
-        backend = create_backend(config)
-        try:
+        async with user_backend(config, start=False) as backend:
             return await backend.add_user(user, overwrite=args.overwrite, keep=keep)
-        finally:
-            await backend.close()
 
     try:
         replaced = asyncio.run(add())
@@ -173,24 +171,21 @@ async def _check_store(config: Config, args: argparse.Namespace, server_name: st
     """Before any password is read: the name taken (without --overwrite), a user to replace
     that does not exist (without --ident or with --keep-password), an address someone else
     holds (compared as logins compare them). `add_user` still enforces the first two."""
-    from homeserver.context import create_backend
-
     # Read the users file as it is: a record with a bad password must not stop the
     # replacement that fixes it, and nothing polls.
     relaxed = dict(config.sections)
     relaxed["backend.file"] = {**relaxed["backend.file"], "check_passwords": False, "reload_interval": 0}
-    backend = create_backend(dataclasses.replace(config, sections=relaxed))
-    if type(backend).add_user is UserBackend.add_user:
-        return  # no adding here (LDAP): add_user says so
-    try:
-        await backend.start()
-    except ConfigError:
-        if config.get("backend", "type") != "file" or os.path.exists(
-            config.resolve_path(config.get("backend.file", "path"))
-        ):
-            raise
-        return  # no users file yet: add_user creates it
-    try:
+    async with user_backend(dataclasses.replace(config, sections=relaxed), start=False) as backend:
+        if type(backend).add_user is UserBackend.add_user:
+            return  # no adding here (LDAP): add_user says so
+        try:
+            await backend.start()
+        except ConfigError:
+            if config.get("backend", "type") != "file" or os.path.exists(
+                config.resolve_path(config.get("backend.file", "path"))
+            ):
+                raise
+            return  # no users file yet: add_user creates it
         existing = await backend.get_user(args.name)
         if existing is not None and not args.overwrite:
             raise CommandError(f"user {args.name!r} exists already (use --overwrite to replace it)")
@@ -206,8 +201,6 @@ async def _check_store(config: Config, args: argparse.Namespace, server_name: st
                     f"--email {args.email!r}: {user_id(holders[0], server_name)} has this address already "
                     "(an address logs in one user only)"
                 )
-    finally:
-        await backend.close()
 
 
 LDAP_LOCKING = (
@@ -220,7 +213,6 @@ LDAP_LOCKING = (
 def cmd_lock(args: argparse.Namespace) -> int:
     """`lock NAME` / `unlock NAME`: set or clear the user's `locked` in the file or Redis."""
     from homeserver import audit
-    from homeserver.context import create_backend
     from homeserver.names import local_name
 
     locked = args.lock
@@ -231,11 +223,8 @@ def cmd_lock(args: argparse.Namespace) -> int:
         raise CommandError(LDAP_LOCKING)
 
     async def change() -> bool:
-        backend = create_backend(config)
-        try:
+        async with user_backend(config, start=False) as backend:
             return await backend.set_locked(name, locked)
-        finally:
-            await backend.close()
 
     try:
         found = asyncio.run(change())

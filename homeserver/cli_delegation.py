@@ -8,8 +8,8 @@ import logging
 import sys
 from collections.abc import Callable
 
+from homeserver.cli_stores import stores
 from homeserver.config import Config, load_config
-from homeserver.context import create_backend, create_session_store
 from homeserver.delegation import Delegation, SynapseError, load_delegation_settings
 from homeserver.errors import ConfigError
 from homeserver.names import user_id
@@ -23,11 +23,7 @@ async def sync_all(config: Config, out: Callable[[str], None]) -> None:
     if settings is None:
         raise ConfigError("delegation.enabled: delegation is off in this config; nothing to sync")
     server_name = config.get("server", "server_name")
-    backend = create_backend(config)
-    store = create_session_store(config)
-    await backend.start()
-    try:
-        await store.start()
+    async with stores(config) as (backend, store):
         delegation = Delegation(settings, Sessions(store), server_name)
         try:
             users = Users(backend)
@@ -38,9 +34,6 @@ async def sync_all(config: Config, out: Callable[[str], None]) -> None:
                 out("no user has a session: nothing to sync")
         finally:
             await delegation.close()
-            await store.close()
-    finally:
-        await backend.close()
 
 
 def cmd_sync(args: argparse.Namespace) -> int:

@@ -5,17 +5,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import os
 import unicodedata
 from collections.abc import Awaitable, Callable
 
 from backends.sessions.pages import page_sessions_for
 from homeserver import audit
+from homeserver.cli_stores import stores
 from homeserver.config import Config, load_config
-from homeserver.context import create_backend, create_session_store
 from homeserver.delegation import Delegation, load_delegation_settings
 from homeserver.devices import Devices
-from homeserver.errors import ConfigError
 from homeserver.logs import setup_cli_logging
 from homeserver.names import local_name, user_id
 from homeserver.sessions import Sessions
@@ -51,40 +49,15 @@ def _when(ms: int) -> str:
     return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _check_store_exists(config: Config) -> None:
-    """A running server has made its SQLite file: a missing one means another place (as root
-    without the unit's STATE_DIRECTORY, say), where a new empty store would only mislead."""
-    if config.get("sessions", "store") != "sqlite":
-        return
-    path = config.get("sessions.sqlite", "path")
-    if not os.path.exists(path):
-        raise ConfigError(
-            f"sessions.sqlite.path: {path} does not exist: no server has run with this config here "
-            f"(under systemd, run as the service user with STATE_DIRECTORY set, see docs/operations.md)"
-        )
-
-
 async def _with_sessions(
     config: Config, name: str, work: Callable[[Sessions, str], Awaitable[list[str]]]
 ) -> list[str]:
     """Open the stores, check that the user is known to one of them, run `work`, close."""
-    _check_store_exists(config)
-    backend = create_backend(config)
-    store = create_session_store(config)
-    await backend.start()
-    try:
-        await store.start()
-        sessions = Sessions(store)
-        try:
-            devices = await store.devices(name)
-            # A user removed from the user store can still have sessions to end.
-            if not devices and await Users(backend).get(name) is None:
-                raise UnknownTarget(f"unknown user {name!r}")
-            return await work(sessions, name)
-        finally:
-            await store.close()
-    finally:
-        await backend.close()
+    async with stores(config) as (backend, store):
+        # A user removed from the user store can still have sessions to end.
+        if not await store.devices(name) and await Users(backend).get(name) is None:
+            raise UnknownTarget(f"unknown user {name!r}")
+        return await work(Sessions(store), name)
 
 
 def cmd_list(args: argparse.Namespace) -> int:

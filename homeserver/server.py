@@ -13,6 +13,7 @@ from typing import Any
 
 from tornado.httpserver import HTTPServer
 
+from backends import secret_file
 from homeserver.app import make_app, make_metrics_app
 from homeserver.config import Config
 from homeserver.context import (
@@ -58,6 +59,8 @@ def run(config: Config) -> int:
     """Serve until stopped; with `[server] processes` > 1, as that many forked workers."""
     server_cfg = config.section("server")
     processes = server_cfg["processes"]
+    # Warnings of files others may read wait until start-up succeeded: a failed one is one line.
+    secret_file.hold_warnings()
     # A bad [delegation] section (a short secret, an unreadable secret file) is one line, before anything starts.
     load_delegation_settings(config)
     # Bind first: a taken port or a bad host stops start-up with one line.
@@ -75,6 +78,7 @@ def run(config: Config) -> int:
     log_listening(listeners.main, f"{processes} worker processes")
     # Make (or check) the signing secret once, so the workers do not race to create it.
     load_secret(config)
+    secret_file.release_warnings()
 
     parent = os.getpid()
 
@@ -169,6 +173,7 @@ async def serve(config: Config, listeners: Listeners, worker: int | None = None,
         logger.info("worker %d (pid %d) serving (backend %s)", worker, os.getpid(), hs.backend.name)
     server.add_sockets(listeners.main)
     metrics_server = start_metrics_server(hs, listeners.metrics.get(worker or 0))
+    secret_file.release_warnings()
     await stop.wait()
     if orphan_watch is not None:
         orphan_watch.cancel()

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from jose import jwt
 from jose.exceptions import ExpiredSignatureError, JOSEError, JWTClaimsError
 
+from backends.secret_file import SecretFileMissing, read_secret_file
 from homeserver.config import Config
 from homeserver.errors import ConfigError
 
@@ -182,16 +183,9 @@ def load_secret(config: Config) -> str:
         return configured
     path = config.resolve_path(config.get("auth", "secret_file"))
     try:
-        with open(path, encoding="utf-8") as fh:
-            secret = fh.read().strip()
-    except FileNotFoundError:
-        secret = ""
-    except OSError as exc:
-        raise ConfigError(f"auth.secret_file: {path} cannot be read ({exc.strerror})") from None
-    else:
-        if len(secret.encode("utf-8")) < 32:
-            raise ConfigError(f"auth.secret_file: {path} holds fewer than 32 bytes")
-        return secret
+        return read_secret_file("auth.secret_file", path, min_bytes=32)
+    except SecretFileMissing:
+        pass
     secret = secrets.token_urlsafe(48)
     try:
         # O_EXCL: two processes starting at once must not each write a different secret.

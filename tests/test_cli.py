@@ -1,7 +1,9 @@
 """The command line, run as a user would: python run.py ..."""
 
+import glob
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -146,3 +148,73 @@ def test_add_user_with_an_email_address_and_logging_in_with_it(conf, tmp_path):
     assert record["email"] == "Eve@Example.org"
     bad = run("add-user", "zed", "--ident", "z", "--email", "zed", "--config", str(conf), stdin="pw\n")
     assert bad.returncode == 1 and bad.stderr == "homeserver: error: --email 'zed' is not an e-mail address\n"
+
+
+def exposed_files_config(tmp_path, processes: int, extra: str = ""):
+    """A users file others may read and a signing secret its group may read; the config's path."""
+    users = tmp_path / "users.json"
+    users.write_text(json.dumps({"users": [{"name": "ann", "password": "00", "ident": "a"}]}))
+    users.chmod(0o644)
+    secret = tmp_path / "kept.secret"
+    secret.write_text("k" * 40 + "\n")
+    secret.chmod(0o640)
+    config = tmp_path / "hs.toml"
+    config.write_text(
+        f'[server]\nhost = "127.0.0.1"\nport = 0\nprocesses = {processes}\n[auth]\nsecret_file = "kept.secret"\n'
+        f'[backend.file]\npath = "users.json"\ncheck_passwords = false\n{extra}'
+    )
+    return config, users, secret
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_failed_start_up_is_one_line_even_with_files_others_may_read(tmp_path, processes):
+    # The warnings wait until the server serves: the one line stays the only one.
+    extra = '[logging]\nlevel = "WARNING"\n[sessions.sqlite]\npath = "no/such/folder/s.db"\n'
+    config, _, _ = exposed_files_config(tmp_path, processes, extra)
+    result = run("--config", str(config))
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [result.stderr.strip()] and "sessions.sqlite.path" in result.stderr
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_serve_warns_once_of_a_users_file_and_a_secret_file_others_may_read(tmp_path, processes):
+    """Each file named once however many processes read it (the workers inherit the parent's word)."""
+    config, users, secret = exposed_files_config(tmp_path, processes)
+    log = tmp_path / "server.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "run.py", "--config", str(config)], cwd=ROOT, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        # With workers, the parent's probe and each worker load the users: three times.
+        while log.read_text().count("loaded 1 users from") < (1 if processes == 1 else 3) or (
+            "listening on" not in log.read_text()
+        ):
+            assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+    text = log.read_text()
+    assert text.count(f"backend.file.path {users} can be accessed by others (mode 0644); chmod o-rwx it") == 1, text
+    assert text.count(f"auth.secret_file {secret} can be accessed by group or others (mode 0640); chmod 600 it") == 1
+
+
+# A password given on the command line of a shell stays in its history: `echo 'pw' | run.py
+# hash-password`, `printf`, a here-string. The docs type it at the prompt or read a file.
+PASSWORD_IN_HISTORY = re.compile(
+    r"""(?:\b(?:echo|printf)\b[^|\n]*\|[^\n]*|<<<[^\n]*)run\.py[^\n]*\b(?:hash-password|add-user)\b"""
+    r"""|run\.py[^\n]*\b(?:hash-password|add-user)\b[^\n]*<<<"""
+)
+
+
+def test_no_documented_command_puts_a_password_into_shell_history():
+    found = []
+    for path in [os.path.join(ROOT, "README.md"), *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read().replace("\\\n", " ")  # continuation lines as one command
+        found += [f"{os.path.basename(path)}: {m.group(0)}" for m in PASSWORD_IN_HISTORY.finditer(text)]
+    assert found == []
+    assert PASSWORD_IN_HISTORY.search("echo -n 'secret' | .venv/bin/python run.py hash-password")
+    assert PASSWORD_IN_HISTORY.search("printf 'pw\\n' | python run.py add-user bob --ident b")
+    assert not PASSWORD_IN_HISTORY.search("python run.py add-user bob --ident b < password.txt")

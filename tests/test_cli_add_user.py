@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 
 import bcrypt
 import pytest
 
-from tests.test_cli import run
+from tests.test_cli import ROOT, run
 
 
 def users(tmp_path):
@@ -74,3 +76,48 @@ def test_as_root_the_users_file_keeps_owner_group_and_mode_and_no_lock_file(conf
     st = os.stat(path)
     assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 65534, 0o640)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hs.toml", "users.json"]
+
+
+# -- standard input closed, file modes -----------------------------------------------------------
+
+
+def run_with_stdin_closed(*args: str) -> subprocess.CompletedProcess[str]:
+    """`run.py ARGS <&-`: standard input closed (not empty), as a shell does it."""
+    return subprocess.run(
+        ["sh", "-c", 'exec "$0" "$@" <&-', sys.executable, os.path.join(ROOT, "run.py"), *args],
+        capture_output=True, text=True, cwd=ROOT, timeout=60,
+    )
+
+
+def test_add_user_with_standard_input_closed_is_one_line(conf, tmp_path):
+    result = run_with_stdin_closed("add-user", "ann", "--ident", " (a)", "--config", str(conf))
+    assert (result.returncode, result.stdout, result.stderr) == (
+        1, "", "homeserver: error: no password: standard input is closed\n"
+    )
+    assert not (tmp_path / "users.json").exists()
+    # --keep-password reads nothing, so closed standard input is no obstacle.
+    assert add(conf, "ann", "--ident", " (a)").returncode == 0
+    done = run_with_stdin_closed("add-user", "ann", "--overwrite", "--keep-password", "--display-name", "A",
+                                 "--config", str(conf))
+    assert (done.returncode, done.stdout, done.stderr) == (0, "replaced @ann:localhost\n", "")
+
+
+def test_hash_password_with_standard_input_closed_is_one_line(conf):
+    result = run_with_stdin_closed("hash-password", "--config", str(conf))
+    assert (result.returncode, result.stdout, result.stderr) == (
+        1, "", "homeserver: error: no password: standard input is closed\n"
+    )
+
+
+def test_add_user_makes_a_private_file_and_takes_others_off_an_open_one(conf, tmp_path):
+    path = tmp_path / "users.json"
+    assert add(conf, "ann", "--ident", " (a)").returncode == 0
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    os.chmod(path, 0o644)  # as git checks a file out, or an editor saves it under umask 022
+    result = add(conf, "bob", "--ident", " (b)")
+    # No warning from the command itself: it fixes what the server would warn of.
+    assert (result.returncode, result.stderr) == (0, "")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o640
+    os.chmod(path, 0o644)
+    assert run("lock", "bob", "--config", str(conf)).returncode == 0
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o640

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from backends.secret_file import read_secret_file
 from homeserver.config import Config
 from homeserver.errors import ConfigError
 
@@ -21,20 +22,6 @@ class DelegationSettings:
     retry_interval: float
 
 
-def _secret_from_file(config: Config, value: str) -> str:
-    path = config.resolve_path(value)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            secret = fh.read().strip()
-    except OSError as exc:
-        raise ConfigError(f"delegation.secret_file: {path} cannot be read ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"delegation.secret_file: {path} is not UTF-8 text") from None
-    if len(secret.encode("utf-8")) < MIN_SECRET_BYTES:
-        raise ConfigError(f"delegation.secret_file: {path} holds fewer than {MIN_SECRET_BYTES} bytes")
-    return secret
-
-
 def load_delegation_settings(config: Config) -> DelegationSettings | None:
     """The checked `[delegation]` section; None when delegation is off. ConfigError (one line) else."""
     section = config.section("delegation")
@@ -47,7 +34,8 @@ def load_delegation_settings(config: Config) -> DelegationSettings | None:
     if secret and secret_file:
         raise ConfigError("delegation.secret and delegation.secret_file: give one of them, not both")
     if secret_file:
-        secret = _secret_from_file(config, secret_file)
+        path = config.resolve_path(secret_file)
+        secret = read_secret_file("delegation.secret_file", path, min_bytes=MIN_SECRET_BYTES)
     elif not secret:
         raise ConfigError("delegation.secret: needed when delegation.enabled is true (or delegation.secret_file)")
     elif len(secret.encode("utf-8")) < MIN_SECRET_BYTES:

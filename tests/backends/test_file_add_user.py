@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing
 import os
 import stat
@@ -127,3 +128,42 @@ def test_concurrent_writers_lose_nothing(tmp_path):
         assert proc.exitcode == 0
     assert len({u["name"] for u in stored(tmp_path / "users.json")}) == 60
     assert sorted(os.listdir(tmp_path)) == ["users.json"]
+
+
+# -- modes: a users file holds password hashes, so no write leaves it readable by others ---------
+
+
+async def test_a_new_users_file_is_the_owners_alone(tmp_path):
+    path = tmp_path / "users.json"
+    await FileBackend(str(path)).add_user(User(name="ann", ident="i", password="00"))
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+@pytest.mark.parametrize(
+    "before, after",
+    [(0o644, 0o640), (0o666, 0o660), (0o604, 0o600), (0o640, 0o640), (0o600, 0o600), (0o400, 0o400)],
+)
+async def test_a_rewritten_users_file_loses_access_for_others_and_keeps_a_stricter_mode(tmp_path, before, after):
+    path = tmp_path / "users.json"
+    write(path, [record("bob")])
+    os.chmod(path, before)
+    backend = FileBackend(str(path))
+    await backend.add_user(User(name="ann", ident="i", password="00"))
+    assert stat.S_IMODE(os.stat(path).st_mode) == after
+    os.chmod(path, before)
+    assert await backend.set_locked("ann", True)  # lock and unlock rewrite it alike
+    assert stat.S_IMODE(os.stat(path).st_mode) == after
+    assert [u["name"] for u in stored(path)] == ["bob", "ann"]
+
+
+@pytest.mark.parametrize("mode, warned", [(0o644, True), (0o604, True), (0o640, False), (0o600, False)])
+async def test_the_server_warns_at_start_of_a_users_file_others_may_read(tmp_path, caplog, mode, warned):
+    path = write(tmp_path / "users.json", [record("bob")])
+    os.chmod(path, mode)
+    backend = FileBackend(path)
+    with caplog.at_level(logging.WARNING):
+        await backend.start()
+        await backend.close()
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    expected = f"backend.file.path {path} can be accessed by others (mode {mode:04o}); chmod o-rwx it"
+    assert lines == ([expected] if warned else [])

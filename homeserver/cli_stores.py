@@ -1,0 +1,62 @@
+"""How every command-line command opens the stores of a config, and closes them again.
+
+`user_backend` gives the user backend alone (add-user, lock, unlock); `stores` gives it
+with the session store of a server that has run with this config (sessions, delegation
+sync). Leaving the `async with` closes what was opened, in reverse order, on any error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator
+
+from backends.base import UserBackend
+from backends.file import FileBackend
+from backends.sessions.base import SessionStore
+from homeserver.config import Config
+from homeserver.context import create_backend, create_session_store
+from homeserver.errors import ConfigError
+
+
+@contextlib.asynccontextmanager
+async def user_backend(config: Config, *, start: bool = True) -> AsyncIterator[UserBackend]:
+    """The configured user backend, started unless `start` is False (adding and locking
+    write the store without loading all of it first)."""
+    backend = create_backend(config)
+    if isinstance(backend, FileBackend):
+        # The server warns of a users file others may read; a command reads it, or
+        # rewrites it without access for others, and keeps its output to its answer.
+        backend.warn_exposed = False
+    try:
+        if start:
+            await backend.start()
+        yield backend
+    finally:
+        await backend.close()
+
+
+@contextlib.asynccontextmanager
+async def stores(config: Config) -> AsyncIterator[tuple[UserBackend, SessionStore]]:
+    """The user backend and the session store, both started, of a server that has run here."""
+    _check_session_store_exists(config)
+    async with user_backend(config) as backend:
+        store = create_session_store(config)
+        await store.start()
+        try:
+            yield backend, store
+        finally:
+            await store.close()
+
+
+def _check_session_store_exists(config: Config) -> None:
+    """A running server has made its SQLite file: a missing one means another place (as root
+    without the unit's STATE_DIRECTORY, say), where a new empty store would only mislead."""
+    if config.get("sessions", "store") != "sqlite":
+        return
+    path = config.get("sessions.sqlite", "path")
+    if not os.path.exists(path):
+        raise ConfigError(
+            f"sessions.sqlite.path: {path} does not exist: no server has run with this config here "
+            f"(under systemd, run as the service user with STATE_DIRECTORY set, see docs/operations.md)"
+        )
