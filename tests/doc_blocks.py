@@ -16,9 +16,15 @@ def section(text: str, heading: str) -> str:
     match = re.search(rf"^(?P<level>#+) {re.escape(heading)}.*$", text, re.MULTILINE)
     assert match, f"no heading starting with {heading!r}"
     level = len(match.group("level"))
-    rest = text[match.end():]
-    end = re.search(rf"^#{{1,{level}}} ", rest, re.MULTILINE)
-    return rest[: end.start()] if end else rest
+    lines: list[str] = []
+    fenced = False
+    for line in text[match.end():].splitlines(keepends=True):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced and re.match(rf"#{{1,{level}}} ", line):
+            break  # the next heading (a `# comment` in a code block is none)
+        lines.append(line)
+    return "".join(lines)
 
 
 def code_blocks(text: str, lang: str) -> list[str]:
