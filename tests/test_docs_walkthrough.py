@@ -16,6 +16,7 @@ import json
 import os
 import re
 import subprocess
+import time
 import tomllib
 from pathlib import Path
 
@@ -118,3 +119,53 @@ def test_the_synapse_edit_would_be_lost_without_the_newline(tmp_path, synapse_ve
     text = (tmp_path / "homeserver.yaml").read_text()
     assert not text.endswith("\n")
     assert yaml.safe_load(text + 'public_baseurl: "http://localhost/"\n').get("public_baseurl") is None
+
+
+def test_the_private_nginx_of_step_4_serves_the_site(tmp_path, monkeypatch):
+    """The way without root: the block run as printed (its port 8081 moved to a free one),
+    then a request by name, ::1 first, answered by the site (its JSON 502: nothing behind it)."""
+    from tests.nginx import NginxUnavailable, nginx_binary
+    from tests.servers import free_port
+    from tests.test_nginx_site import get, stock_localhost
+
+    try:
+        nginx_binary()
+    except NginxUnavailable as exc:
+        if ci():
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    blocks = [b for b in code_blocks(section(DOC.read_text(), "Walk-through"), "sh") if "nginx -p" in b]
+    assert len(blocks) == 1, blocks
+    port = free_port()
+    block = blocks[0].replace("8081", str(port))
+    assert blocks[0].count("8081") == 2 and "listen [::]:" in block
+    home = tmp_path / "home"
+    (home / "matrix").mkdir(parents=True)
+    done = bash(block, home)
+    assert done.returncode == 0, done.stderr
+    pid_file = home / "matrix" / "nginx" / "nginx.pid"
+    pid = int(pid_file.read_text())
+    try:
+        stock_localhost(monkeypatch)
+        status, kind, body = get(f"http://localhost:{port}/.well-known/matrix/client")
+        assert (status, kind, json.loads(body)["errcode"]) == (502, "application/json", "M_UNKNOWN"), body
+        access = (home / "matrix" / "nginx" / "logs" / "access.log").read_text()
+        assert access.startswith("::1 "), access
+    finally:
+        # The doc's way to stop it.
+        stopped = bash('kill "$(cat ~/matrix/nginx/nginx.pid)"', home)
+        assert stopped.returncode == 0, stopped.stderr
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{pid}")
+
+
+def test_the_docs_stand_on_their_own():
+    """No reader has the project's shared notes; Debian has no `python`; `kill %1` needs the
+    very shell that started the job."""
+    for path in sorted((ROOT / "docs").glob("*.md")):
+        text = path.read_text()
+        assert "shared/notes" not in text and "../shared" not in text, path.name
+        assert "kill %" not in text, path.name
+        assert not re.search(r"(?<![\w/.])python run\.py", text), path.name
