@@ -149,8 +149,11 @@ def test_the_private_nginx_of_step_4_serves_the_site(tmp_path, monkeypatch):
         stock_localhost(monkeypatch)
         status, kind, body = get(f"http://localhost:{port}/.well-known/matrix/client")
         assert (status, kind, json.loads(body)["errcode"]) == (502, "application/json", "M_UNKNOWN"), body
-        access = (home / "matrix" / "nginx" / "logs" / "access.log").read_text()
-        assert access.startswith("::1 "), access
+        log = home / "matrix" / "nginx" / "logs" / "access.log"
+        deadline = time.monotonic() + 5  # nginx logs a request after answering it
+        while not log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert log.read_text().startswith("::1 "), log.read_text()
     finally:
         # The doc's way to stop it.
         stopped = bash('kill "$(cat ~/matrix/nginx/nginx.pid)"', home)

@@ -13,6 +13,7 @@ change), and the clients connect by name.
 from __future__ import annotations
 
 import socket
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -81,9 +82,15 @@ def get(url: str) -> tuple[int, str, str]:
             return exc.code, exc.headers.get("Content-Type", ""), exc.read().decode()
 
 
-def requests_from(nginx: Nginx, address: str, marker: str) -> list[str]:
-    """The access-log lines of requests from `address` whose line holds `marker`."""
-    return [line for line in nginx.access_log().splitlines() if line.startswith(address + " ") and marker in line]
+def requests_from(nginx: Nginx, address: str, marker: str, count: int = 1) -> list[str]:
+    """The access-log lines of requests from `address` whose line holds `marker`, once there
+    are `count` of them or 5 s passed (nginx logs a request after answering it)."""
+    deadline = time.monotonic() + 5
+    while True:
+        lines = [line for line in nginx.access_log().splitlines() if line.startswith(address + " ") and marker in line]
+        if len(lines) >= count or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.05)
 
 
 def test_a_client_that_tries_ipv6_first_reaches_the_site_by_name(site, monkeypatch):
@@ -97,7 +104,7 @@ def test_a_client_that_tries_ipv6_first_reaches_the_site_by_name(site, monkeypat
     assert status == 200 and kind.startswith("application/json"), (status, body)
     assert '"m.homeserver"' in body
     # Both went over IPv6: the site, not only the default one, listens there.
-    assert len(requests_from(nginx, "::1", "by=python")) == 2, nginx.access_log()
+    assert len(requests_from(nginx, "::1", "by=python", 2)) == 2, nginx.access_log()
     # The default site is really there: a name no site claims lands on it, over both families.
     status, _, body = get(f"http://[::1]:{nginx.port}/account/")
     assert (status, body) == (404, "Debian's default site\n")
