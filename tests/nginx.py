@@ -1,8 +1,9 @@
 """A real nginx (Debian's package) serving conf/nginx-delegation.conf on test ports.
 
-The shipped file is used as it stands: only its listen line, server name and the two
-upstream addresses are replaced, each of which must be found exactly once, so a change of
-the file that the tests cannot follow fails loudly instead of testing something else.
+The shipped file is used as it stands: only the port of its two listen lines (IPv4 and
+IPv6, every address, as shipped), its server name and the two upstream addresses are
+replaced, each of which must be found exactly once, so a change of the file that the tests
+cannot follow fails loudly instead of testing something else.
 nginx runs in the foreground with its own prefix, pid file, logs and temp folders.
 """
 
@@ -22,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SITE = ROOT / "conf" / "nginx-delegation.conf"
 # What the shipped file says -> what the test puts there.
 LISTEN = "listen 80;"
+LISTEN_IPV6 = "listen [::]:80;"
 SERVER_NAME = "server_name matrix.example.org;"
 HOMESERVER = "server 127.0.0.1:8080;"
 SYNAPSE = "server 127.0.0.1:8008;"
@@ -39,9 +41,11 @@ def nginx_binary() -> str:
 
 
 def render(site: str, port: int, homeserver_port: int, synapse_port: int) -> str:
-    """The site file with the test's addresses."""
+    """The site file with the test's addresses: the listen lines keep their families and
+    addresses (all of both), only the port changes."""
     for old, new in (
-        (LISTEN, f"listen 127.0.0.1:{port};"),
+        (LISTEN, f"listen {port};"),
+        (LISTEN_IPV6, f"listen [::]:{port};"),
         (SERVER_NAME, "server_name 127.0.0.1 localhost;"),
         (HOMESERVER, f"server 127.0.0.1:{homeserver_port};"),
         (SYNAPSE, f"server 127.0.0.1:{synapse_port};"),
@@ -53,9 +57,12 @@ def render(site: str, port: int, homeserver_port: int, synapse_port: int) -> str
 
 
 class Nginx:
-    """nginx on 127.0.0.1:`port` in front of this server and Synapse, until `stop()`."""
+    """nginx on `port` (every address of both families, as the shipped file listens) in
+    front of this server and Synapse, until `stop()`. `other_sites` is more server blocks
+    for the same http block (a stand-in for Debian's default site)."""
 
-    def __init__(self, folder: Path, port: int, homeserver_port: int, synapse_port: int) -> None:
+    def __init__(self, folder: Path, port: int, homeserver_port: int, synapse_port: int,
+                 other_sites: str = "") -> None:
         self.folder = Path(folder)
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
@@ -76,6 +83,7 @@ class Nginx:
             f"    fastcgi_temp_path {temp}/fastcgi;\n    uwsgi_temp_path {temp}/uwsgi;\n"
             f"    scgi_temp_path {temp}/scgi;\n"
             f"    include {site};\n"
+            f"{other_sites}"
             "}\n"
         )
         binary = nginx_binary()
