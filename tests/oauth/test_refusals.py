@@ -76,6 +76,24 @@ async def test_registration_drops_grant_types_it_lacks(client):
     assert body["grant_types"] == ["authorization_code", "refresh_token"]
 
 
+async def test_registrations_are_rate_limited_per_address(client):
+    for _ in range(20):
+        assert (await client.register()).status == 201
+    resp = await client.register()
+    oauth_error(resp, "temporarily_unavailable", 429)
+    assert int(resp.headers["Retry-After"]) >= 1
+
+
+class TestNoRateLimits:
+    @pytest.fixture
+    def config_overrides(self):
+        return {"oauth": {"enabled": True}, "rate_limit": {"enabled": False}}
+
+    async def test_registrations_are_not_limited(self, client):
+        for _ in range(25):
+            assert (await client.register()).status == 201
+
+
 # -- the authorization request --------------------------------------------------------------------
 
 
