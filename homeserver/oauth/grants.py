@@ -210,7 +210,8 @@ class TokenEndpoint:
         return session.ended_ts is not None or session.last_seen_ts > session.created_ts
 
     async def _end(self, grant: Grant, reason: str, why: str) -> None:
-        logger.warning("oauth: session of %r on device %s ended: %s", grant.user, grant.device_id, why)
+        level = logging.INFO if reason == REVOKED and why.startswith("revoked") else logging.WARNING
+        logger.log(level, "oauth: session of %r on device %s ended: %s", grant.user, grant.device_id, why)
         await self.oauth.devices.end(grant.user, [grant.device_id], reason)
         await self.oauth.forget(grant)
 
