@@ -204,10 +204,10 @@ class TokenEndpoint:
 
     async def _access_used(self, grant: Grant) -> bool:
         """Whether the newest access token was used (or has expired, when that cannot be told)."""
-        session = await self.oauth.sessions.get(grant.user, grant.access_hash)
-        if session is None:
+        used = await self.oauth.store.access_used(grant.user, grant.access_hash)
+        if used is None:
             return now_ms() >= grant.rotated_ts + self.oauth.lifetime * 1000
-        return session.ended_ts is not None or session.last_seen_ts > session.created_ts
+        return used
 
     async def _end(self, grant: Grant, reason: str, why: str) -> None:
         level = logging.INFO if reason == REVOKED and why.startswith("revoked") else logging.WARNING
