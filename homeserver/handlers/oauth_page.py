@@ -91,7 +91,8 @@ class AuthorizeHandler(PageHandler):
                 self.show(request, exc.status, error=exc.message, name=name)
                 return
             # Signed in on the account page too: the next authorization only asks to confirm.
-            self.set_signed_cookie(page.COOKIE, self.sessions.new(user).encode(), max_age=page.LIFETIME)
+            session = await self.sessions.open(user, self.client_ip, self.request.headers.get("User-Agent", ""))
+            self.set_signed_cookie(page.COOKIE, session.encode(), max_age=page.LIFETIME)
         elif op != "confirm" or user is None:
             self.show(request, 401 if op == "confirm" else 400, error="Sign in to continue.")
             return
