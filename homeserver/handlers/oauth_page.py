@@ -62,6 +62,7 @@ class AuthorizeHandler(PageHandler):
             client_uri=str(request.client.get("client_uri", "")),
             redirect_uri=request.redirect.redirect_uri,
             device_id=request.scope.device_id,
+            confirm=self.user is not None and not request.sign_in_asked,
             path=AUTHORIZATION_PATH,
             title=f"Sign in to {request.client_name}",
             **values,
@@ -93,7 +94,7 @@ class AuthorizeHandler(PageHandler):
             # Signed in on the account page too: the next authorization only asks to confirm.
             session = await self.sessions.open(user, self.client_ip, self.request.headers.get("User-Agent", ""))
             self.set_signed_cookie(page.COOKIE, session.encode(), max_age=page.LIFETIME)
-        elif op != "confirm" or user is None:
+        elif op != "confirm" or user is None or request.sign_in_asked:
             self.show(request, 401 if op == "confirm" else 400, error="Sign in to continue.")
             return
         assert user is not None
