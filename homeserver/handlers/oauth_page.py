@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import urlencode
 
 from tornado.web import HTTPError
 
@@ -64,6 +65,7 @@ class AuthorizeHandler(PageHandler):
             device_id=request.scope.device_id,
             confirm=self.user is not None and not request.sign_in_asked,
             path=AUTHORIZATION_PATH,
+            other_account=AUTHORIZATION_PATH + "?" + urlencode({**request.params, "prompt": "login"}),
             title=f"Sign in to {request.client_name}",
             **values,
         )

@@ -4,6 +4,8 @@ page, the code grant, tokens on our own endpoints, refresh and revocation."""
 from __future__ import annotations
 
 import os
+import re
+from html import unescape
 from typing import Any
 
 import jsonschema
@@ -134,6 +136,8 @@ async def test_a_signed_in_person_confirms_without_the_password(client, fetch):
     assert 'value="confirm"' in html[first : html.index(">", first)]
     resp = await client.submit(page, op="confirm")
     assert resp.status == 303 and "code=" in resp.headers["Location"]
+    switch = re.search(r'<a href="([^"]+)">Not you\?', html)
+    assert switch is not None and "prompt=login" in unescape(switch.group(1))
 
 
 async def test_prompt_login_asks_for_the_password_and_prompt_none_is_refused(client):
