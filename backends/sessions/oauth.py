@@ -1,0 +1,109 @@
+"""What the OAuth 2.0 API keeps (homeserver.oauth): registered clients, authorization codes and
+grants (the refresh tokens of one device's session). A small interface beside the SessionStore,
+implemented on the same SQLite file or Redis (sqlite_oauth.py, redis_oauth.py).
+
+Codes and refresh tokens are kept as SHA-256 digests only, never as the tokens themselves.
+The sessions of the access tokens (and the grant's own session, which every way a session
+ends also ends) live in the SessionStore as any other session.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from backends.sessions.base import SessionStore
+
+# Seconds a refresh token that was rotated away is still recognised (so its replay ends the
+# session) after it stopped being the current or the previous one.
+RETIRED_REFRESH_TTL = 86400.0
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """One device's OAuth session: its current refresh token, the one before it (valid until
+    the newer tokens are used), and the newest access token."""
+
+    grant_id: str
+    user: str
+    device_id: str
+    client_id: str
+    scope: str  # as granted, in the spelling the client asked
+    refresh_hash: str  # digest of the current refresh token
+    previous_hash: str  # digest of the refresh token before it ("" for none)
+    access_hash: str  # digest of the newest access token
+    rotated_ts: int  # ms: when the newest tokens were issued
+    created_ts: int  # ms
+
+    def encode(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, text: str | bytes) -> Grant:
+        return cls(**json.loads(text))
+
+
+class OAuthStore(abc.ABC):
+    """Clients, codes and grants. Every method raises `backends.base.StoreUnavailable` when the
+    store cannot answer."""
+
+    @abc.abstractmethod
+    async def add_client(self, client_id: str, metadata: dict[str, Any], idle: float) -> None:
+        """Keep a registered client for `idle` seconds (longer while grants of it live)."""
+
+    @abc.abstractmethod
+    async def client(self, client_id: str) -> dict[str, Any] | None:
+        """A client's registered metadata, or None (never registered, or expired idle)."""
+
+    @abc.abstractmethod
+    async def touch_client(self, client_id: str, idle: float) -> None:
+        """Keep the client `idle` seconds from now (it was used)."""
+
+    @abc.abstractmethod
+    async def add_code(self, code_hash: str, record: dict[str, Any], ttl: float) -> None:
+        """Keep an authorization code's record for `ttl` seconds."""
+
+    @abc.abstractmethod
+    async def take_code(self, code_hash: str) -> tuple[dict[str, Any], int] | None:
+        """The code's record and how many times it was taken, this time included (atomic:
+        of two takes at once, exactly one sees 1); None when unknown or expired."""
+
+    @abc.abstractmethod
+    async def add_grant(self, grant: Grant, idle: float) -> None:
+        """Keep a new grant `idle` seconds from its last use; it replaces any grant of the device."""
+
+    @abc.abstractmethod
+    async def grant_by_refresh(self, refresh_hash: str) -> Grant | None:
+        """The grant a refresh token belongs to: its current, its previous, or one rotated away
+        less than RETIRED_REFRESH_TTL ago; None otherwise."""
+
+    @abc.abstractmethod
+    async def rotate_grant(self, expected_refresh_hash: str, grant: Grant, idle: float) -> bool:
+        """Replace the grant's tokens with `grant`'s if its current refresh digest is still
+        `expected_refresh_hash` (compare and set); False when another rotation came first."""
+
+    @abc.abstractmethod
+    async def device_grant(self, user: str, device_id: str) -> Grant | None:
+        """The grant of a user's device, or None."""
+
+    @abc.abstractmethod
+    async def delete_grant(self, grant: Grant) -> None:
+        """Forget a grant (its refresh tokens stop being found)."""
+
+
+def create_oauth_store(sessions: SessionStore) -> OAuthStore:
+    """The OAuth store on the same SQLite file or Redis as the session store."""
+    from backends.sessions.redis import RedisSessionStore
+    from backends.sessions.sqlite import SqliteSessionStore
+
+    if isinstance(sessions, SqliteSessionStore):
+        from backends.sessions.sqlite_oauth import SqliteOAuthStore
+
+        return SqliteOAuthStore(sessions)
+    if isinstance(sessions, RedisSessionStore):
+        from backends.sessions.redis_oauth import RedisOAuthStore
+
+        return RedisOAuthStore(sessions)
+    raise ValueError(f"no OAuth store for the session store {sessions.name!r}")

@@ -1,0 +1,148 @@
+"""The OAuth store (backends.sessions.oauth) in the Redis session store's Redis, under its key prefix.
+
+Keys (each expires on its own, so nothing needs a sweep):
+
+- `<prefix>oauth:client:<client id>`: the registered metadata, JSON; kept `idle` seconds from
+  its last use (each refresh of a grant of it uses it);
+- `<prefix>oauth:code:<digest>`: hash {record, uses} of an authorization code;
+- `<prefix>oauth:grant:<grant id>`: the Grant, JSON;
+- `<prefix>oauth:refresh:<digest>`: the grant id a refresh token belongs to;
+- `<prefix>oauth:device:<digest of user and device>`: the grant id of a device.
+
+Each change touches one key atomically (a compare-and-set script where it matters), so it
+works alike on a Cluster; an index key left behind by a crash points at a grant that says
+otherwise, and is read as such.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from backends.redis_connect import text
+from backends.sessions.oauth import RETIRED_REFRESH_TTL, Grant, OAuthStore
+from backends.sessions.redis import RedisSessionStore
+
+ADD_CODE = """
+redis.call('HSET', KEYS[1], 'record', ARGV[1], 'uses', 0)
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+"""
+TAKE_CODE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+local uses = redis.call('HINCRBY', KEYS[1], 'uses', 1)
+return {redis.call('HGET', KEYS[1], 'record'), uses}
+"""
+# Compare and set: ARGV[1] the expected current refresh digest, ARGV[2] the new grant, ARGV[3] ms.
+ROTATE = """
+local value = redis.call('GET', KEYS[1])
+if not value then return false end
+local grant = cjson.decode(value)
+if grant['refresh_hash'] ~= ARGV[1] then return false end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return value
+"""
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
+
+
+class RedisOAuthStore(OAuthStore):
+    def __init__(self, sessions: RedisSessionStore) -> None:
+        self.connection = sessions.connection
+        self.prefix = sessions.prefix + "oauth:"
+
+    def _device_key(self, user: str, device_id: str) -> str:
+        digest = hashlib.sha256(json.dumps([user, device_id]).encode("utf-8", "surrogatepass")).hexdigest()
+        return f"{self.prefix}device:{digest}"
+
+    async def _script(self, script: str, keys: list[str], args: list[Any]) -> Any:
+        with self.connection.errors():
+            return await self.connection.connect().eval(script, len(keys), *keys, *args)
+
+    # -- clients --------------------------------------------------------------------
+
+    async def add_client(self, client_id: str, metadata: dict[str, Any], idle: float) -> None:
+        with self.connection.errors():
+            await self.connection.connect().set(f"{self.prefix}client:{client_id}", json.dumps(metadata), px=_ms(idle))
+
+    async def client(self, client_id: str) -> dict[str, Any] | None:
+        with self.connection.errors():
+            value = await self.connection.connect().get(f"{self.prefix}client:{client_id}")
+        return json.loads(value) if value is not None else None
+
+    async def touch_client(self, client_id: str, idle: float) -> None:
+        with self.connection.errors():
+            await self.connection.connect().pexpire(f"{self.prefix}client:{client_id}", _ms(idle))
+
+    # -- codes ----------------------------------------------------------------------
+
+    async def add_code(self, code_hash: str, record: dict[str, Any], ttl: float) -> None:
+        await self._script(ADD_CODE, [f"{self.prefix}code:{code_hash}"], [json.dumps(record), _ms(ttl)])
+
+    async def take_code(self, code_hash: str) -> tuple[dict[str, Any], int] | None:
+        found = await self._script(TAKE_CODE, [f"{self.prefix}code:{code_hash}"], [])
+        if not found:
+            return None
+        return json.loads(found[0]), int(found[1])
+
+    # -- grants ---------------------------------------------------------------------
+
+    async def _get(self, grant_id: str) -> Grant | None:
+        with self.connection.errors():
+            value = await self.connection.connect().get(f"{self.prefix}grant:{grant_id}")
+        return Grant.decode(value) if value is not None else None
+
+    async def add_grant(self, grant: Grant, idle: float) -> None:
+        old = await self.device_grant(grant.user, grant.device_id)
+        if old is not None:
+            await self.delete_grant(old)
+        px = _ms(idle)
+        client = self.connection.connect()
+        with self.connection.errors():
+            await client.set(f"{self.prefix}grant:{grant.grant_id}", grant.encode(), px=px)
+            await client.set(f"{self.prefix}refresh:{grant.refresh_hash}", grant.grant_id, px=px)
+            await client.set(self._device_key(grant.user, grant.device_id), grant.grant_id, px=px)
+
+    async def grant_by_refresh(self, refresh_hash: str) -> Grant | None:
+        with self.connection.errors():
+            grant_id = await self.connection.connect().get(f"{self.prefix}refresh:{refresh_hash}")
+        return await self._get(text(grant_id)) if grant_id is not None else None
+
+    async def rotate_grant(self, expected_refresh_hash: str, grant: Grant, idle: float) -> bool:
+        px = _ms(idle)
+        before = await self._script(
+            ROTATE, [f"{self.prefix}grant:{grant.grant_id}"], [expected_refresh_hash, grant.encode(), px]
+        )
+        if not before:
+            return False
+        old = Grant.decode(before)
+        client = self.connection.connect()
+        with self.connection.errors():
+            await client.set(f"{self.prefix}refresh:{grant.refresh_hash}", grant.grant_id, px=px)
+            if grant.previous_hash:
+                await client.pexpire(f"{self.prefix}refresh:{grant.previous_hash}", px)
+            for retired in {old.previous_hash, old.refresh_hash} - {grant.previous_hash, grant.refresh_hash, ""}:
+                await client.pexpire(f"{self.prefix}refresh:{retired}", _ms(RETIRED_REFRESH_TTL))
+            await client.pexpire(self._device_key(grant.user, grant.device_id), px)
+        return True
+
+    async def device_grant(self, user: str, device_id: str) -> Grant | None:
+        with self.connection.errors():
+            grant_id = await self.connection.connect().get(self._device_key(user, device_id))
+        if grant_id is None:
+            return None
+        grant = await self._get(text(grant_id))
+        return grant if grant is not None and (grant.user, grant.device_id) == (user, device_id) else None
+
+    async def delete_grant(self, grant: Grant) -> None:
+        client = self.connection.connect()
+        with self.connection.errors():
+            current = await self.device_grant(grant.user, grant.device_id)
+            if current is not None and current.grant_id == grant.grant_id:
+                await client.delete(self._device_key(grant.user, grant.device_id))
+            await client.delete(f"{self.prefix}grant:{grant.grant_id}")
+            for digest in (grant.refresh_hash, grant.previous_hash):
+                if digest:
+                    await client.delete(f"{self.prefix}refresh:{digest}")

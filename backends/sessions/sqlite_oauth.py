@@ -1,0 +1,218 @@
+"""The OAuth store (backends.sessions.oauth) in the SQLite session store's file, on its writer thread.
+
+Its tables are created on first use (IF NOT EXISTS), apart from the session schema's
+migrations: the session store reads none of them. Expired rows are purged now and then.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from backends.sessions.oauth import RETIRED_REFRESH_TTL, Grant, OAuthStore
+from backends.sessions.sqlite import SqliteSessionStore
+
+T = TypeVar("T")
+PURGE_EVERY = 600.0  # seconds between purges of expired rows, per process
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS oauth_clients (
+    client_id  TEXT PRIMARY KEY,
+    metadata   TEXT NOT NULL,     -- JSON, as registered
+    expires_ts INTEGER NOT NULL   -- ms, kept past it while a grant of the client lives
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS oauth_codes (
+    code_hash  TEXT PRIMARY KEY,  -- SHA-256 of the code, hex
+    record     TEXT NOT NULL,
+    uses       INTEGER NOT NULL DEFAULT 0,
+    expires_ts INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS oauth_grants (
+    grant_id   TEXT PRIMARY KEY,
+    user       TEXT NOT NULL,
+    device_id  TEXT NOT NULL,
+    client_id  TEXT NOT NULL,
+    record     TEXT NOT NULL,     -- the Grant, JSON
+    expires_ts INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS oauth_grants_device ON oauth_grants (user, device_id);
+CREATE INDEX IF NOT EXISTS oauth_grants_client ON oauth_grants (client_id);
+CREATE TABLE IF NOT EXISTS oauth_refresh (
+    refresh_hash TEXT PRIMARY KEY, -- SHA-256 of a refresh token, hex
+    grant_id     TEXT NOT NULL,
+    expires_ts   INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS oauth_refresh_grant ON oauth_refresh (grant_id);
+"""
+
+
+def _ms(seconds: float = 0.0) -> int:
+    return int((time.time() + seconds) * 1000)
+
+
+class SqliteOAuthStore(OAuthStore):
+    def __init__(self, sessions: SqliteSessionStore) -> None:
+        self.sessions = sessions
+        self._ready = False
+        self._last_purge = 0.0
+
+    async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """`work` in one write transaction on the session store's writer thread."""
+
+        def run() -> T:
+            conn = self.sessions._conn()
+            if not self._ready:
+                for statement in filter(str.strip, SCHEMA.split(";")):
+                    conn.execute(statement)
+                self._ready = True
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(conn)
+                self._maybe_purge(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result
+
+        return await self.sessions._write(run)
+
+    def _maybe_purge(self, conn: sqlite3.Connection) -> None:
+        now = time.monotonic()
+        if now - self._last_purge < PURGE_EVERY:
+            return
+        self._last_purge = now
+        ms = _ms()
+        conn.execute("DELETE FROM oauth_codes WHERE expires_ts < ?", (ms,))
+        conn.execute("DELETE FROM oauth_refresh WHERE expires_ts < ?", (ms,))
+        conn.execute("DELETE FROM oauth_grants WHERE expires_ts < ?", (ms,))
+        # Idle clients go, unless a grant of theirs lives (the spec: never a client with a session).
+        conn.execute(
+            "DELETE FROM oauth_clients WHERE expires_ts < ? AND NOT EXISTS "
+            "(SELECT 1 FROM oauth_grants g WHERE g.client_id = oauth_clients.client_id)",
+            (ms,),
+        )
+
+    # -- clients --------------------------------------------------------------------
+
+    async def add_client(self, client_id: str, metadata: dict[str, Any], idle: float) -> None:
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO oauth_clients (client_id, metadata, expires_ts) VALUES (?, ?, ?)",
+                (client_id, json.dumps(metadata), _ms(idle)),
+            )
+
+        await self._run(work)
+
+    async def client(self, client_id: str) -> dict[str, Any] | None:
+        def work(conn: sqlite3.Connection) -> dict[str, Any] | None:
+            row = conn.execute(
+                "SELECT c.metadata FROM oauth_clients c WHERE c.client_id = ? AND (c.expires_ts >= ? OR EXISTS "
+                "(SELECT 1 FROM oauth_grants g WHERE g.client_id = c.client_id))",
+                (client_id, _ms()),
+            ).fetchone()
+            return json.loads(row[0]) if row else None
+
+        return await self._run(work)
+
+    async def touch_client(self, client_id: str, idle: float) -> None:
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "UPDATE oauth_clients SET expires_ts = MAX(expires_ts, ?) WHERE client_id = ?", (_ms(idle), client_id)
+            )
+
+        await self._run(work)
+
+    # -- codes ----------------------------------------------------------------------
+
+    async def add_code(self, code_hash: str, record: dict[str, Any], ttl: float) -> None:
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO oauth_codes (code_hash, record, expires_ts) VALUES (?, ?, ?)",
+                (code_hash, json.dumps(record), _ms(ttl)),
+            )
+
+        await self._run(work)
+
+    async def take_code(self, code_hash: str) -> tuple[dict[str, Any], int] | None:
+        def work(conn: sqlite3.Connection) -> tuple[dict[str, Any], int] | None:
+            row = conn.execute(
+                "UPDATE oauth_codes SET uses = uses + 1 WHERE code_hash = ? AND expires_ts >= ? RETURNING record, uses",
+                (code_hash, _ms()),
+            ).fetchone()
+            return (json.loads(row[0]), int(row[1])) if row else None
+
+        return await self._run(work)
+
+    # -- grants ---------------------------------------------------------------------
+
+    def _insert_grant(self, conn: sqlite3.Connection, grant: Grant, idle: float) -> None:
+        expires = _ms(idle)
+        conn.execute(
+            "INSERT INTO oauth_grants (grant_id, user, device_id, client_id, record, expires_ts) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (grant_id) DO UPDATE SET record = excluded.record, "
+            "expires_ts = excluded.expires_ts",
+            (grant.grant_id, grant.user, grant.device_id, grant.client_id, grant.encode(), expires),
+        )
+        conn.execute(
+            "INSERT OR REPLACE INTO oauth_refresh (refresh_hash, grant_id, expires_ts) VALUES (?, ?, ?)",
+            (grant.refresh_hash, grant.grant_id, expires),
+        )
+
+    async def add_grant(self, grant: Grant, idle: float) -> None:
+        def work(conn: sqlite3.Connection) -> None:
+            for (old,) in conn.execute(
+                "SELECT grant_id FROM oauth_grants WHERE user = ? AND device_id = ?", (grant.user, grant.device_id)
+            ).fetchall():
+                self._delete(conn, old)
+            self._insert_grant(conn, grant, idle)
+
+        await self._run(work)
+
+    async def grant_by_refresh(self, refresh_hash: str) -> Grant | None:
+        def work(conn: sqlite3.Connection) -> Grant | None:
+            row = conn.execute(
+                "SELECT g.record FROM oauth_refresh r JOIN oauth_grants g ON g.grant_id = r.grant_id "
+                "WHERE r.refresh_hash = ? AND r.expires_ts >= ? AND g.expires_ts >= ?",
+                (refresh_hash, _ms(), _ms()),
+            ).fetchone()
+            return Grant.decode(row[0]) if row else None
+
+        return await self._run(work)
+
+    async def rotate_grant(self, expected_refresh_hash: str, grant: Grant, idle: float) -> bool:
+        def work(conn: sqlite3.Connection) -> bool:
+            row = conn.execute("SELECT record FROM oauth_grants WHERE grant_id = ?", (grant.grant_id,)).fetchone()
+            if row is None or Grant.decode(row[0]).refresh_hash != expected_refresh_hash:
+                return False
+            self._insert_grant(conn, grant, idle)
+            # Refresh tokens older than the previous one are only remembered a while, to see a replay.
+            conn.execute(
+                "UPDATE oauth_refresh SET expires_ts = MIN(expires_ts, ?) "
+                "WHERE grant_id = ? AND refresh_hash NOT IN (?, ?)",
+                (_ms(RETIRED_REFRESH_TTL), grant.grant_id, grant.refresh_hash, grant.previous_hash),
+            )
+            return True
+
+        return await self._run(work)
+
+    async def device_grant(self, user: str, device_id: str) -> Grant | None:
+        def work(conn: sqlite3.Connection) -> Grant | None:
+            row = conn.execute(
+                "SELECT record FROM oauth_grants WHERE user = ? AND device_id = ? AND expires_ts >= ?",
+                (user, device_id, _ms()),
+            ).fetchone()
+            return Grant.decode(row[0]) if row else None
+
+        return await self._run(work)
+
+    @staticmethod
+    def _delete(conn: sqlite3.Connection, grant_id: str) -> None:
+        conn.execute("DELETE FROM oauth_refresh WHERE grant_id = ?", (grant_id,))
+        conn.execute("DELETE FROM oauth_grants WHERE grant_id = ?", (grant_id,))
+
+    async def delete_grant(self, grant: Grant) -> None:
+        await self._run(lambda conn: self._delete(conn, grant.grant_id))

@@ -1,0 +1,89 @@
+"""The OAuth store contract (clients, codes, grants), the same on SQLite and on a real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from backends.sessions import create_session_store
+from backends.sessions.oauth import Grant, create_oauth_store
+from tests.backends.test_session_store import store_options
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def oauth_store(request, tmp_path, io_loop):
+    sessions = create_session_store(request.param, store_options(request.param, tmp_path, request), config_dir=str(tmp_path))
+    io_loop.run_sync(sessions.start)
+    yield create_oauth_store(sessions)
+    io_loop.run_sync(sessions.close)
+
+
+def grant(refresh: str = "r1", previous: str = "", grant_id: str = "g1", device: str = "D1", **kw) -> Grant:
+    values = dict(
+        grant_id=grant_id, user="alice", device_id=device, client_id="c1", scope="s", refresh_hash=refresh,
+        previous_hash=previous, access_hash="a-" + refresh, rotated_ts=1, created_ts=1,
+    )
+    values.update(kw)
+    return Grant(**values)  # type: ignore[arg-type]
+
+
+async def test_clients_are_kept_and_expire_idle(oauth_store):
+    await oauth_store.add_client("c1", {"client_name": "App", "redirect_uris": ["http://localhost/cb"]}, 60)
+    assert (await oauth_store.client("c1"))["client_name"] == "App"
+    assert await oauth_store.client("c2") is None
+    await oauth_store.add_client("short", {}, 0.05)
+    await asyncio.sleep(0.15)
+    assert await oauth_store.client("short") is None
+    await oauth_store.touch_client("c1", 60)
+    assert await oauth_store.client("c1") is not None
+
+
+async def test_a_code_is_taken_once_and_counted_after(oauth_store):
+    await oauth_store.add_code("h", {"user": "alice"}, 60)
+    assert await oauth_store.take_code("h") == ({"user": "alice"}, 1)
+    assert await oauth_store.take_code("h") == ({"user": "alice"}, 2)
+    assert await oauth_store.take_code("unknown") is None
+    await oauth_store.add_code("gone", {}, 0.05)
+    await asyncio.sleep(0.15)
+    assert await oauth_store.take_code("gone") is None
+
+
+async def test_concurrent_takes_see_one_first_use(oauth_store):
+    await oauth_store.add_code("race", {"n": 1}, 60)
+    results = await asyncio.gather(*(oauth_store.take_code("race") for _ in range(5)))
+    assert sorted(uses for _, uses in results) == [1, 2, 3, 4, 5]
+
+
+async def test_grant_rotation_is_compare_and_set(oauth_store):
+    await oauth_store.add_grant(grant("r1"), 60)
+    assert (await oauth_store.grant_by_refresh("r1")).refresh_hash == "r1"
+    assert (await oauth_store.device_grant("alice", "D1")).grant_id == "g1"
+    assert await oauth_store.device_grant("alice", "D2") is None
+    assert await oauth_store.rotate_grant("r1", grant("r2", "r1"), 60) is True
+    assert await oauth_store.rotate_grant("r1", grant("r2b", "r1"), 60) is False  # another rotation came first
+    for digest in ("r1", "r2"):  # the previous and the current both lead to the grant
+        found = await oauth_store.grant_by_refresh(digest)
+        assert found is not None and found.refresh_hash == "r2" and found.previous_hash == "r1"
+    assert await oauth_store.rotate_grant("r2", grant("r3", "r2"), 60) is True
+    retired = await oauth_store.grant_by_refresh("r1")  # rotated away: still found, to see a replay
+    assert retired is not None and retired.refresh_hash == "r3"
+    assert await oauth_store.grant_by_refresh("r2b") is None
+
+
+async def test_a_new_grant_replaces_the_devices_and_delete_forgets(oauth_store):
+    await oauth_store.add_grant(grant("r1"), 60)
+    await oauth_store.add_grant(grant("n1", grant_id="g2"), 60)
+    assert await oauth_store.grant_by_refresh("r1") is None
+    assert (await oauth_store.device_grant("alice", "D1")).grant_id == "g2"
+    await oauth_store.delete_grant(await oauth_store.device_grant("alice", "D1"))
+    assert await oauth_store.device_grant("alice", "D1") is None
+    assert await oauth_store.grant_by_refresh("n1") is None
+
+
+async def test_a_client_with_a_grant_outlives_its_idle_time(oauth_store):
+    await oauth_store.add_client("c1", {"client_name": "App"}, 0.05)
+    await oauth_store.add_grant(grant("r1"), 60)
+    await oauth_store.touch_client("c1", 60)  # what each use of a grant does
+    await asyncio.sleep(0.15)
+    assert await oauth_store.client("c1") is not None
