@@ -138,6 +138,8 @@ def chromium_person(driver: Any, password_of: Callable[[str], str], pages: list[
 
     def sign_in(url: str, user: str) -> None:
         redirect = redirect_of(url)
+        # Another person's page session (a sign-in remembered) must not answer for this one.
+        driver.execute_cdp_cmd("Network.clearBrowserCookies", {})
         driver.get(url)
         signed = False
         deadline = time.monotonic() + 60
