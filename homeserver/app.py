@@ -11,13 +11,24 @@ from tornado.escape import url_unescape
 
 from homeserver.account_page import cookie_key
 from homeserver.context import HomeServer
-from homeserver.handlers import account, account_page, devices, discovery, health, login, oauth, profile
+from homeserver.handlers import (
+    account,
+    account_page,
+    devices,
+    discovery,
+    health,
+    login,
+    oauth,
+    oauth_api,
+    oauth_page,
+    profile,
+)
 from homeserver.handlers.base import NotFoundHandler
 from homeserver.logs import log_request
 
 ROUTES = (
     discovery.ROUTES + login.ROUTES + profile.ROUTES + account.ROUTES + devices.ROUTES + health.ROUTES
-    + oauth.ROUTES + account_page.ROUTES
+    + oauth.ROUTES + oauth_api.ROUTES + oauth_page.ROUTES + account_page.ROUTES
 )
 
 

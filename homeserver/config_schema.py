@@ -264,6 +264,12 @@ SCHEMA: dict[str, dict[str, Field]] = {
         # Seconds between attempts to tell Synapse about sessions that ended while it was away.
         "retry_interval": Field("float", 5.0, _range(0.1, 3600)),
     },
+    "oauth": {
+        # Serve the Matrix OAuth 2.0 API (docs/oauth.md) beside password login.
+        "enabled": Field("bool", False),
+        # Seconds an OAuth access token lives; clients refresh it with their refresh token.
+        "access_token_lifetime": Field("int", 300, _range(10, 86400)),
+    },
     "metrics": {
         "enabled": Field("bool", False),
         # 0 serves /metrics on the main listener; another port serves it there instead

@@ -19,6 +19,7 @@ from homeserver.documents import Documents
 from homeserver.drain import InFlight
 from homeserver.login import LoginService
 from homeserver.metrics import Metrics
+from homeserver.oauth import OAuth, build_oauth
 from homeserver.passwords import PasswordChecker
 from homeserver.proxies import ClientAddress
 from homeserver.ratelimit import LoginLimits
@@ -56,6 +57,8 @@ class HomeServer:
     uia: UserInteractiveAuth = field(init=False)
     login: LoginService = field(init=False)
     devices: Devices = field(init=False)
+    # The OAuth 2.0 API (homeserver.oauth); None when `[oauth]` is off.
+    oauth: OAuth | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.users = Users(self.backend, self.metrics)
@@ -79,6 +82,13 @@ class HomeServer:
             credentials=self.credentials,
             delegation=self.delegation,
         )
+        self.oauth = build_oauth(
+            self.config, self.sessions.store, users=self.users, devices=self.devices, credentials=self.credentials,
+            tokens=self.tokens, delegation=self.delegation,
+        )
+        if self.oauth is not None:
+            # A logout of an OAuth access token ends its refresh token too (the whole device).
+            self.devices.ends_device = self.oauth.ends_device
 
         # A reloaded users file names the accounts that changed: their stale sessions end at once.
         self.backend.on_change = self._accounts_changed

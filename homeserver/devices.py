@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import random
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from backends.base import StoreUnavailable, User
@@ -98,6 +99,8 @@ class Devices:
         # Without it (the CLI), no session is ever found stale.
         self.credentials = credentials
         self._missing: set[str] = set()  # users found missing by the last sweep
+        # Whether a session's device is one OAuth session (homeserver.oauth): its logout ends the device.
+        self.ends_device: Callable[[Session], Awaitable[bool]] | None = None
 
     # -- reading and renaming -----------------------------------------------------
 
@@ -127,6 +130,9 @@ class Devices:
     async def logout(self, session: Session) -> None:
         """POST /logout: end the session of the token used (other sessions of its device stay)."""
         await self.sessions.end(session, LOGOUT)
+        if self.ends_device is not None and await self.ends_device(session):
+            # An OAuth access token: its refresh token (the grant's session) ends with it.
+            await self.sessions.end_devices(session.user, [session.device_id], LOGOUT)
         if self.delegation is not None:
             await self.delegation.devices_ended(session.user, [session.device_id])
         audit.audit(audit.LOGOUT, user=session.user, device=session.device_id, reason=LOGOUT)

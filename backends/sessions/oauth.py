@@ -14,8 +14,6 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from backends.sessions.base import SessionStore
-
 # Seconds a refresh token that was rotated away is still recognised (so its replay ends the
 # session) after it stopped being the current or the previous one.
 RETIRED_REFRESH_TTL = 86400.0
@@ -92,18 +90,3 @@ class OAuthStore(abc.ABC):
     async def delete_grant(self, grant: Grant) -> None:
         """Forget a grant (its refresh tokens stop being found)."""
 
-
-def create_oauth_store(sessions: SessionStore) -> OAuthStore:
-    """The OAuth store on the same SQLite file or Redis as the session store."""
-    from backends.sessions.redis import RedisSessionStore
-    from backends.sessions.sqlite import SqliteSessionStore
-
-    if isinstance(sessions, SqliteSessionStore):
-        from backends.sessions.sqlite_oauth import SqliteOAuthStore
-
-        return SqliteOAuthStore(sessions)
-    if isinstance(sessions, RedisSessionStore):
-        from backends.sessions.redis_oauth import RedisOAuthStore
-
-        return RedisOAuthStore(sessions)
-    raise ValueError(f"no OAuth store for the session store {sessions.name!r}")

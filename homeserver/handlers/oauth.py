@@ -9,17 +9,22 @@ from homeserver.delegation.introspection import inactive, introspect
 from homeserver.errors import M_MISSING_TOKEN, M_UNKNOWN_TOKEN, MatrixError, invalid_param, missing_param, unrecognized
 from homeserver.handlers.base import BaseHandler
 from homeserver.handlers.body import BodyHandler
+from homeserver.oauth.metadata import server_metadata
 
 MAX_FORM_FIELDS = 16
 
 
 class OpenIdConfigurationHandler(BaseHandler):
-    """GET /.well-known/openid-configuration: what Synapse needs (issuer, account page); 404 without delegation."""
+    """GET /.well-known/openid-configuration: what Synapse needs (issuer, account page), the whole
+    OAuth metadata with `[oauth]` on; 404 with neither delegation nor OAuth."""
 
     def get(self) -> None:
+        base = self.hs.config.get("server", "base_url").rstrip("/")
+        if self.hs.oauth is not None:
+            self.write_json(server_metadata(base, introspection=self.hs.delegation is not None))
+            return
         if self.hs.delegation is None:
             raise unrecognized()
-        base = self.hs.config.get("server", "base_url").rstrip("/")
         self.write_json(
             {
                 "issuer": base + "/",
@@ -57,22 +62,30 @@ class IntrospectHandler(BodyHandler):
             raise invalid_param("token", "given once")
         hint = form.get("token_type_hint", [""])[0]
         if hint == "refresh_token":
-            self.write_json(inactive())  # this server hands out no refresh tokens
+            self.write_json(inactive())  # a refresh token is never an access token
             return
         self.write_json(await introspect(self.hs.auth, tokens[0], delegation.admins))
 
 
 class AuthMetadataHandler(BaseHandler):
-    """GET /_matrix/client/v1/auth_metadata (and MSC2965's): 404 M_UNRECOGNIZED, so clients
-    (Element X, Element Web) log in with m.login.password rather than OAuth 2.0."""
+    """GET /_matrix/client/v1/auth_metadata (and MSC2965's): the OAuth 2.0 server metadata with
+    `[oauth]` on; else 404 M_UNRECOGNIZED, so clients (Element X, Element Web) log in with
+    m.login.password."""
+
+    def initialize(self, unstable: bool = False) -> None:
+        super().initialize()
+        self.unstable = unstable
 
     def get(self) -> None:
-        raise unrecognized()
+        if self.hs.oauth is None:
+            raise unrecognized()
+        base = self.hs.config.get("server", "base_url")
+        self.write_json(server_metadata(base, introspection=False, unstable=self.unstable))
 
 
 ROUTES = [
     (r"/\.well-known/openid-configuration", OpenIdConfigurationHandler),
     (r"/oauth2/introspect", IntrospectHandler),
     (r"/_matrix/client/v1/auth_metadata", AuthMetadataHandler),
-    (r"/_matrix/client/unstable/org\.matrix\.msc2965/auth_metadata", AuthMetadataHandler),
+    (r"/_matrix/client/unstable/org\.matrix\.msc2965/auth_metadata", AuthMetadataHandler, {"unstable": True}),
 ]

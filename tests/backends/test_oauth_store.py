@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 from backends.sessions import create_session_store
-from backends.sessions.oauth import Grant, create_oauth_store
+from backends.sessions.oauth import Grant
+from backends.sessions.oauth_stores import create_oauth_store
 from tests.backends.test_session_store import store_options
 
 

@@ -1,0 +1,21 @@
+"""The OAuth store (backends.sessions.oauth) that goes with a session store: on the same SQLite
+file or the same Redis."""
+
+from __future__ import annotations
+
+from backends.sessions.base import SessionStore
+from backends.sessions.oauth import OAuthStore
+from backends.sessions.redis import RedisSessionStore
+from backends.sessions.sqlite import SqliteSessionStore
+from backends.sessions.sqlite_oauth import SqliteOAuthStore
+
+
+def create_oauth_store(sessions: SessionStore) -> OAuthStore:
+    """The OAuth store on the session store's own connection."""
+    if isinstance(sessions, SqliteSessionStore):
+        return SqliteOAuthStore(sessions)
+    if isinstance(sessions, RedisSessionStore):
+        from backends.sessions.redis_oauth import RedisOAuthStore
+
+        return RedisOAuthStore(sessions)
+    raise ValueError(f"no OAuth store for the session store {sessions.name!r}")

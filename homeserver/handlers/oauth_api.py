@@ -1,0 +1,118 @@
+"""The OAuth 2.0 API's JSON endpoints: client registration (RFC 7591), the token endpoint
+(RFC 6749) and revocation (RFC 7009). Their errors are OAuth's (`error`,
+`error_description`), not Matrix's; with `[oauth]` off they are 404 M_UNRECOGNIZED."""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.parse
+from typing import Any
+
+from homeserver.errors import MatrixError, StoreUnavailable, unrecognized
+from homeserver.handlers.body import BodyHandler
+from homeserver.jsonio import encode_json
+from homeserver.oauth import OAuth
+from homeserver.oauth.errors import INVALID_REQUEST, SERVER_ERROR, TEMPORARILY_UNAVAILABLE, OAuthError
+from homeserver.oauth.grants import TokenEndpoint
+from homeserver.oauth.metadata import REGISTRATION_PATH, REVOCATION_PATH, TOKEN_PATH
+
+logger = logging.getLogger(__name__)
+
+MAX_FORM_FIELDS = 16
+NO_STORE = (("Cache-Control", "no-store"), ("Pragma", "no-cache"))
+
+
+class OAuthApiHandler(BodyHandler):
+    """OAuth's error bodies; the OAuth service or 404."""
+
+    def oauth(self) -> OAuth:
+        if self.hs.oauth is None:
+            raise unrecognized()
+        return self.hs.oauth
+
+    def form(self) -> dict[str, str]:
+        """An application/x-www-form-urlencoded body, one value per field."""
+        try:
+            parsed = urllib.parse.parse_qs(
+                self.body_bytes().decode("utf-8"), keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS
+            )
+        except (UnicodeDecodeError, ValueError):
+            raise OAuthError(INVALID_REQUEST, "the body must be a form (application/x-www-form-urlencoded)") from None
+        for name, values in parsed.items():
+            if len(values) > 1:
+                raise OAuthError(INVALID_REQUEST, f"{name} given more than once")
+        return {name: values[0] for name, values in parsed.items()}
+
+    def answer(self, body: dict[str, Any], status: int = 200) -> None:
+        self.set_status(status)
+        for name, value in NO_STORE:
+            self.set_header(name, value)
+        self.finish(encode_json(body))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, MatrixError) and exc.errcode == "M_UNRECOGNIZED":
+            super().write_error(status_code, **kwargs)  # OAuth off, or a method not taken
+            return
+        if isinstance(exc, OAuthError):
+            error = exc
+        elif isinstance(exc, StoreUnavailable):
+            error = OAuthError(TEMPORARILY_UNAVAILABLE, f"the {exc.store} is unavailable", 503, {"Retry-After": "5"})
+        elif isinstance(exc, MatrixError) and exc.status >= 500:
+            error = OAuthError(TEMPORARILY_UNAVAILABLE, exc.message, exc.status, exc.headers)
+        elif isinstance(exc, MatrixError):
+            error = OAuthError(INVALID_REQUEST, exc.message, exc.status, exc.headers)
+        elif 400 <= status_code < 500:
+            error = OAuthError(INVALID_REQUEST, "the request could not be understood", status_code)
+        else:
+            error = OAuthError(SERVER_ERROR, "internal server error", 500)
+        for name, value in error.headers.items():
+            self.set_header(name, value)
+        if error.error == "invalid_client":
+            self.set_header("WWW-Authenticate", "Basic")
+        self.set_status(error.status)
+        for name, value in NO_STORE:
+            self.set_header(name, value)
+        self.finish(encode_json(error.body()))
+
+    def log_exception(self, typ: Any, value: BaseException | None, tb: Any) -> None:
+        if isinstance(value, OAuthError):
+            return
+        super().log_exception(typ, value, tb)
+
+
+class RegistrationHandler(OAuthApiHandler):
+    """POST: register a client (201 with its client_id and the metadata kept)."""
+
+    async def post(self) -> None:
+        oauth = self.oauth()
+        try:
+            body = json.loads(self.body_bytes() or b"null")
+        except ValueError:
+            raise OAuthError("invalid_client_metadata", "the body must be a JSON object") from None
+        self.answer(await oauth.register(body, self.client_ip), 201)
+
+
+class TokenHandler(OAuthApiHandler):
+    """POST: the authorization code and refresh token grants."""
+
+    async def post(self) -> None:
+        oauth = self.oauth()
+        self.answer(await TokenEndpoint(oauth).token(self.form(), self.client_ip))
+
+
+class RevocationHandler(OAuthApiHandler):
+    """POST: revoke either token of a session (200 whatever the token was)."""
+
+    async def post(self) -> None:
+        oauth = self.oauth()
+        await TokenEndpoint(oauth).revoke(self.form())
+        self.answer({})
+
+
+ROUTES = [
+    (REGISTRATION_PATH, RegistrationHandler),
+    (TOKEN_PATH, TokenHandler),
+    (REVOCATION_PATH, RevocationHandler),
+]

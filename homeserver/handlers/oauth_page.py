@@ -1,0 +1,106 @@
+"""The authorization endpoint and its sign-in page (under /account/, so the account page's
+cookie and XSRF cookie reach it): HTML for people, no JavaScript.
+
+GET checks the request: no known client or a redirect URI it did not register is an error
+page, never a redirect; other mistakes go back to the client. Then the page shows the
+client's name and where it will send the person, and asks for the name and password, or,
+for a person signed in on the account page, only for a confirmation. POST (XSRF checked)
+signs in through the same login service as the API (names, e-mail addresses, the limits,
+the lock, the audit line), then sends the browser to the client with the code.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from tornado.web import HTTPError
+
+from homeserver import account_page as page
+from homeserver.account_page import PageError
+from homeserver.handlers.page_base import SECURITY_HEADERS, PageHandler
+from homeserver.oauth import OAuth
+from homeserver.oauth.authorization import AuthorizationRequest, PageProblem, RedirectError, single
+from homeserver.oauth.errors import ACCESS_DENIED, OAuthError
+from homeserver.oauth.metadata import AUTHORIZATION_PATH
+
+logger = logging.getLogger(__name__)
+
+CSP = dict(SECURITY_HEADERS)["Content-Security-Policy"]
+
+
+class AuthorizeHandler(PageHandler):
+    """GET: the checked request's sign-in (or confirmation) page. POST: sign in, confirm or deny."""
+
+    def oauth(self) -> OAuth:
+        if self.hs.oauth is None:
+            raise HTTPError(404)
+        return self.hs.oauth
+
+    async def checked(self, params: dict[str, list[bytes]]) -> AuthorizationRequest | None:
+        """The request, or None when an answer (error page or redirect) was already sent."""
+        values = single({name: [v.decode("utf-8", "replace") for v in found] for name, found in params.items()})
+        try:
+            return await self.oauth().authorization_request(values)
+        except PageProblem as exc:
+            self.render_page("oauth_error.html", 400, message=exc.message, title="Cannot sign in")
+        except RedirectError as exc:
+            logger.info("oauth: authorization refused on the redirect: %s", exc.error)
+            self.redirect(exc.url, status=303)
+        return None
+
+    def show(self, request: AuthorizationRequest, status: int = 200, **values: Any) -> None:
+        # The form may be redirected to the client (CSP form-action covers redirects).
+        target = request.redirect.form_target()
+        self.set_header("Content-Security-Policy", CSP.replace("form-action 'self'", f"form-action 'self' {target}"))
+        values.setdefault("name", "")
+        self.render_page(
+            "oauth_authorize.html",
+            status,
+            request=request,
+            client_name=request.client_name,
+            client_uri=str(request.client.get("client_uri", "")),
+            redirect_uri=request.redirect.redirect_uri,
+            device_id=request.scope.device_id,
+            path=AUTHORIZATION_PATH,
+            title=f"Sign in to {request.client_name}",
+            **values,
+        )
+
+    async def get(self) -> None:
+        request = await self.checked(self.request.query_arguments)
+        if request is not None:
+            self.show(request)
+
+    async def post(self) -> None:
+        request = await self.checked(self.request.body_arguments)
+        if request is None:
+            return
+        op = self.get_body_argument("op", "")
+        if op == "deny":
+            self.redirect(request.redirect.error(OAuthError(ACCESS_DENIED, "the person did not allow it")), status=303)
+            return
+        user = self.user
+        if op == "sign_in":
+            name = self.get_body_argument("name", "").strip()
+            try:
+                user = await page.authenticate(self.hs, name, self.get_body_argument("password", ""), self.client_ip)
+            except PageError as exc:
+                for header, value in exc.headers.items():
+                    self.set_header(header, value)
+                self.show(request, exc.status, error=exc.message, name=name)
+                return
+            # Signed in on the account page too: the next authorization only asks to confirm.
+            self.set_signed_cookie(page.COOKIE, self.sessions.new(user).encode(), max_age=page.LIFETIME)
+        elif op != "confirm" or user is None:
+            self.show(request, 401 if op == "confirm" else 400, error="Sign in to continue.")
+            return
+        assert user is not None
+        target = await self.oauth().issue_code(request, user, self.client_ip)
+        logger.info("oauth: %s authorized client %s, device %s", user.name, request.client_id, request.scope.device_id)
+        self.redirect(target, status=303)
+
+
+ROUTES = [
+    (AUTHORIZATION_PATH.replace(".", r"\."), AuthorizeHandler),
+]

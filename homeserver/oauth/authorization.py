@@ -1,0 +1,154 @@
+"""The authorization endpoint's request (RFC 6749 4.1.1, RFC 7636, the Matrix rules) and its
+answers on the redirect (RFC 6749 4.1.2, 4.1.2.1; OAuth 2.0 Multiple Response Types for
+`response_mode`).
+
+A request that names no known client, or a redirect URI the client did not register, is
+never redirected (RFC 6749 4.1.2.1: the person sees an error page); every other mistake is
+sent back to the client on its redirect URI, with its `state`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+from homeserver.oauth.clients import display_name, redirect_matches
+from homeserver.oauth.errors import INVALID_REQUEST, UNSUPPORTED_RESPONSE_TYPE, OAuthError
+from homeserver.oauth.scopes import Scope, parse_scope
+
+# The parameters the sign-in form carries back (hidden), as the client sent them.
+PARAMS = (
+    "client_id", "redirect_uri", "response_type", "response_mode", "scope", "state",
+    "code_challenge", "code_challenge_method", "prompt", "login_hint",
+)
+CODE_CHALLENGE = re.compile(r"[A-Za-z0-9._~-]{43,128}")
+MAX_STATE = 2048
+
+
+class PageProblem(Exception):
+    """A request that must not be redirected: the person gets an error page."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Redirect:
+    """Where and how the answer goes back to the client."""
+
+    redirect_uri: str
+    response_mode: str  # query or fragment
+    state: str | None
+
+    def url(self, values: dict[str, str]) -> str:
+        """The redirect URI with `values` (and `state`) in its query or fragment."""
+        pairs = dict(values)
+        if self.state is not None:
+            pairs["state"] = self.state
+        encoded = urlencode(pairs)
+        if self.response_mode == "fragment":
+            return f"{self.redirect_uri}#{encoded}"
+        return f"{self.redirect_uri}{'&' if urlsplit(self.redirect_uri).query else '?'}{encoded}"
+
+    def error(self, error: OAuthError) -> str:
+        return self.url({"error": error.error, "error_description": error.description})
+
+    def form_target(self) -> str:
+        """The CSP source the sign-in form may be redirected to: the redirect URI's origin
+        (or its private-use scheme)."""
+        parts = urlsplit(self.redirect_uri)
+        if parts.scheme in ("http", "https"):
+            return f"{parts.scheme}://{parts.netloc}"
+        return f"{parts.scheme}:"
+
+
+class RedirectError(Exception):
+    """An error sent back to the client on its redirect URI."""
+
+    def __init__(self, redirect: Redirect, error: OAuthError) -> None:
+        super().__init__(str(error))
+        self.redirect = redirect
+        self.error = error
+
+    @property
+    def url(self) -> str:
+        return self.redirect.error(self.error)
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorizationRequest:
+    client: dict[str, Any]
+    redirect: Redirect
+    scope: Scope
+    code_challenge: str
+    params: dict[str, str]  # as sent, for the form's hidden fields
+
+    @property
+    def client_id(self) -> str:
+        return str(self.client["client_id"])
+
+    @property
+    def client_name(self) -> str:
+        return display_name(self.client)
+
+
+def single(params: dict[str, list[str]]) -> dict[str, str]:
+    """One value per parameter; a repeated one is a mistake (RFC 6749 3.1)."""
+    found: dict[str, str] = {}
+    for name in PARAMS:
+        values = params.get(name) or []
+        if len(values) > 1:
+            found.setdefault("_repeated", name)
+        if values:
+            found[name] = values[0]
+    return found
+
+
+def check_client_and_redirect(params: dict[str, str], client: dict[str, Any] | None) -> Redirect:
+    """The client and its redirect URI, or a PageProblem (no redirect)."""
+    if not params.get("client_id"):
+        raise PageProblem("The application did not say who it is (no client_id).")
+    if client is None:
+        raise PageProblem("This application is not registered here, or its registration expired. Start again from it.")
+    redirect_uri = params.get("redirect_uri", "")
+    if not redirect_uri or not redirect_matches(list(client.get("redirect_uris", [])), redirect_uri):
+        raise PageProblem("The application asked to send you to an address it did not register. Nothing was sent.")
+    mode = params.get("response_mode") or "query"
+    state = params.get("state")
+    if mode not in ("query", "fragment"):
+        error = OAuthError(INVALID_REQUEST, "response_mode must be query or fragment")
+        raise RedirectError(Redirect(redirect_uri, "query", state), error)
+    return Redirect(redirect_uri, mode, state)
+
+
+def parse_authorization(params: dict[str, str], client: dict[str, Any] | None) -> AuthorizationRequest:
+    """The checked request: PageProblem (no client, a redirect URI not registered) or
+    RedirectError (everything else, on the client's redirect URI)."""
+    redirect = check_client_and_redirect(params, client)
+    assert client is not None
+
+    def refuse(error: str, description: str) -> RedirectError:
+        return RedirectError(redirect, OAuthError(error, description))
+
+    if "_repeated" in params:
+        raise refuse(INVALID_REQUEST, f"{params['_repeated']} given more than once")
+    if redirect.state is not None and len(redirect.state) > MAX_STATE:
+        raise refuse(INVALID_REQUEST, "state is too long")
+    if params.get("response_type") != "code":
+        raise refuse(UNSUPPORTED_RESPONSE_TYPE, "response_type must be code")
+    challenge = params.get("code_challenge")
+    if not challenge:
+        raise refuse(INVALID_REQUEST, "PKCE is required: code_challenge with code_challenge_method S256")
+    if params.get("code_challenge_method") != "S256":
+        raise refuse(INVALID_REQUEST, "code_challenge_method must be S256 (plain is not supported)")
+    if not CODE_CHALLENGE.fullmatch(challenge):
+        raise refuse(INVALID_REQUEST, "code_challenge must be the base64url SHA-256 of the code verifier")
+    try:
+        scope = parse_scope(params.get("scope"))
+    except OAuthError as exc:
+        raise RedirectError(redirect, exc) from None
+    kept = {name: params[name] for name in PARAMS if name in params}
+    return AuthorizationRequest(client, redirect, scope, challenge, kept)

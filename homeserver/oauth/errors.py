@@ -1,0 +1,43 @@
+"""The OAuth 2.0 errors (RFC 6749 section 5.2, RFC 7591 section 3.2.2, RFC 7009): `error` and
+`error_description`, as the token, registration and revocation endpoints answer them and the
+authorization endpoint puts them on the redirect."""
+
+from __future__ import annotations
+
+from typing import Any
+
+INVALID_REQUEST = "invalid_request"
+INVALID_CLIENT = "invalid_client"
+INVALID_GRANT = "invalid_grant"
+INVALID_SCOPE = "invalid_scope"
+UNAUTHORIZED_CLIENT = "unauthorized_client"
+UNSUPPORTED_GRANT_TYPE = "unsupported_grant_type"
+UNSUPPORTED_RESPONSE_TYPE = "unsupported_response_type"
+UNSUPPORTED_TOKEN_TYPE = "unsupported_token_type"
+ACCESS_DENIED = "access_denied"
+SERVER_ERROR = "server_error"
+TEMPORARILY_UNAVAILABLE = "temporarily_unavailable"
+INVALID_REDIRECT_URI = "invalid_redirect_uri"
+INVALID_CLIENT_METADATA = "invalid_client_metadata"
+
+
+class OAuthError(Exception):
+    """An OAuth error: the `error` code, a description for developers, the HTTP status."""
+
+    def __init__(self, error: str, description: str, status: int = 400, headers: dict[str, str] | None = None) -> None:
+        super().__init__(f"{error}: {description}")
+        self.error = error
+        self.description = description
+        self.status = status
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return {"error": self.error, "error_description": self.description}
+
+
+def invalid_grant(description: str) -> OAuthError:
+    return OAuthError(INVALID_GRANT, description)
+
+
+def invalid_request(description: str) -> OAuthError:
+    return OAuthError(INVALID_REQUEST, description)

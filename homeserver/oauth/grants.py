@@ -1,0 +1,240 @@
+"""The token endpoint (authorization code and refresh token grants) and revocation (RFC 7009).
+
+- A code is used once; a second use is `invalid_grant` and ends the session the first made.
+- Refresh rotates the refresh token. The previous one still works while the newest access
+  token is unused (a client whose answer was lost retries: the spec's MUST); used after that,
+  or any older one, it is a replay: `invalid_grant`, and the session ends.
+- Every refresh reads the user from the user store: removed, replaced or a new password →
+  `invalid_grant` and the session ends (at Synapse too, through homeserver.devices). A locked
+  user's session stays, as a password session does: the refresh answers and the access token
+  answers 401 M_USER_LOCKED until the account is unlocked.
+- Revocation of either token ends the whole session (the device); unknown tokens are 200.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import logging
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+from backends.base import User
+from backends.sessions.oauth import Grant
+from homeserver import audit
+from homeserver.oauth.errors import (
+    INVALID_REQUEST,
+    UNSUPPORTED_GRANT_TYPE,
+    UNSUPPORTED_TOKEN_TYPE,
+    OAuthError,
+    invalid_grant,
+    invalid_request,
+)
+from homeserver.oauth.service import GRANT_IDLE, OAuth, grant_session_digest, new_token, now_ms, pkce_s256
+from homeserver.sessions import REPLACED, REVOKED, USER_REMOVED, token_digest
+from homeserver.tokens import TokenError
+
+logger = logging.getLogger(__name__)
+
+CODE_VERIFIER = re.compile(r"[A-Za-z0-9._~-]{43,128}")
+REFRESH_PREFIX = "mhr_"
+MAX_TOKEN = 4096
+
+
+def _field(form: dict[str, str], name: str) -> str:
+    value = form.get(name, "")
+    if not value:
+        raise invalid_request(f"{name} is required")
+    return value
+
+
+class TokenEndpoint:
+    def __init__(self, oauth: OAuth) -> None:
+        self.oauth = oauth
+
+    async def token(self, form: dict[str, str], client_ip: str) -> dict[str, Any]:
+        grant_type = form.get("grant_type", "")
+        if grant_type == "authorization_code":
+            return await self.exchange_code(form, client_ip)
+        if grant_type == "refresh_token":
+            return await self.refresh(form, client_ip)
+        if not grant_type:
+            raise invalid_request("grant_type is required")
+        raise OAuthError(UNSUPPORTED_GRANT_TYPE, f"grant_type {grant_type!r} is not supported")
+
+    def _answer(self, access: str, refresh: str, scope: str) -> dict[str, Any]:
+        return {
+            "access_token": access,
+            "token_type": "Bearer",
+            "expires_in": self.oauth.lifetime,
+            "refresh_token": refresh,
+            "scope": scope,
+        }
+
+    # -- the authorization code grant -----------------------------------------------------
+
+    async def exchange_code(self, form: dict[str, str], client_ip: str) -> dict[str, Any]:
+        oauth = self.oauth
+        code = _field(form, "code")
+        client_id = _field(form, "client_id")
+        redirect_uri = _field(form, "redirect_uri")
+        verifier = _field(form, "code_verifier")
+        taken = await oauth.store.take_code(token_digest(code)) if len(code) <= MAX_TOKEN else None
+        if taken is None:
+            raise invalid_grant("the code is unknown or expired")
+        record, uses = taken
+        user_name, device_id = record["user"], record["device_id"]
+        grant_id = "c" + token_digest(code)[:31]  # what this code makes, found again by a second use
+        if uses > 1:
+            grant = await oauth.store.device_grant(user_name, device_id)
+            if grant is not None and grant.grant_id == grant_id:
+                logger.warning("oauth: a code of %r used twice: ending the session it made", user_name)
+                await oauth.devices.end(user_name, [device_id], REVOKED)
+                await oauth.forget(grant)
+            raise invalid_grant("the code was used already")
+        if not hmac.compare_digest(client_id, record["client_id"]):
+            raise invalid_grant("the code was issued to another client")
+        if redirect_uri != record["redirect_uri"]:
+            raise invalid_grant("redirect_uri differs from the authorization request's")
+        if not CODE_VERIFIER.fullmatch(verifier) or not hmac.compare_digest(
+            pkce_s256(verifier), record["code_challenge"]
+        ):
+            raise invalid_grant("the code_verifier does not match the code_challenge")
+        user = await oauth.users.get(user_name)
+        if user is None:
+            raise invalid_grant("the account is gone")
+        if user.locked:
+            raise invalid_grant("the account is locked")
+        fingerprint = oauth.credentials.of(user)
+        if (fingerprint.identity, fingerprint.password) != (record["identity_fp"], record["password_fp"]):
+            raise invalid_grant("the account's password changed since the sign-in")
+        access = oauth.tokens.issue(user.name, device_id)
+        refresh = new_token(REFRESH_PREFIX)
+        now = now_ms()
+        grant = Grant(
+            grant_id=grant_id, user=user.name, device_id=device_id, client_id=client_id, scope=record["scope"],
+            refresh_hash=token_digest(refresh), previous_hash="", access_hash=token_digest(access),
+            rotated_ts=now, created_ts=now,
+        )
+        display = str(record.get("client_name") or "")[:256] or None
+        async with self._at_synapse(user, device_id, display):
+            # Naming a device that has a session replaces it (its earlier sessions end).
+            await oauth.devices.sessions.end_devices(user.name, [device_id], REPLACED)
+            fps = (fingerprint.identity, fingerprint.password)
+            await oauth.sessions.open(oauth.grant_session(grant_id, user, device_id, client_ip, fps), display)
+            await oauth.sessions.open(oauth.access_session(access, user, device_id, client_ip), display)
+            await oauth.store.add_grant(grant, GRANT_IDLE)
+        await oauth.store.touch_client(client_id, GRANT_IDLE)
+        audit.audit(audit.LOGIN, user=user.name, device=device_id, client=client_ip, outcome="success", reason="oauth")
+        if oauth.devices.sessions.metrics is not None:
+            oauth.devices.sessions.metrics.observe_sessions_opened()
+        return self._answer(access, refresh, record["scope"])
+
+    @contextlib.asynccontextmanager
+    async def _at_synapse(self, user: User, device_id: str, display: str | None) -> AsyncIterator[None]:
+        """With delegation, Synapse has the user and the device before the answer (503 else)."""
+        delegation = self.oauth.delegation
+        if delegation is None:
+            yield
+            return
+        async with delegation.login(user, device_id, display):
+            yield
+
+    # -- the refresh token grant ----------------------------------------------------------
+
+    async def refresh(self, form: dict[str, str], client_ip: str) -> dict[str, Any]:
+        oauth = self.oauth
+        token = _field(form, "refresh_token")
+        digest = token_digest(token)
+        grant = await oauth.store.grant_by_refresh(digest) if len(token) <= MAX_TOKEN else None
+        if grant is None:
+            raise invalid_grant("the refresh token is unknown or revoked")
+        client_id = form.get("client_id")
+        if client_id and not hmac.compare_digest(client_id, grant.client_id):
+            raise invalid_grant("the refresh token was issued to another client")
+        user = await self._still_good(grant)
+        if digest == grant.previous_hash:
+            if await self._access_used(grant):
+                await self._end(grant, REVOKED, "the previous refresh token was used again after the new one")
+                raise invalid_grant("the refresh token was used already")
+            # The answer to the last refresh was lost: the same tokens again, rotated once more.
+            await oauth.sessions.end(grant.user, grant.access_hash)
+        elif digest != grant.refresh_hash:
+            await self._end(grant, REVOKED, "an old refresh token was used again")
+            raise invalid_grant("the refresh token was used already")
+        access = oauth.tokens.issue(user.name, grant.device_id)
+        refresh = new_token(REFRESH_PREFIX)
+        rotated = Grant(
+            grant_id=grant.grant_id, user=grant.user, device_id=grant.device_id, client_id=grant.client_id,
+            scope=grant.scope, refresh_hash=token_digest(refresh),
+            previous_hash=grant.previous_hash if digest == grant.previous_hash else digest,
+            access_hash=token_digest(access), rotated_ts=now_ms(), created_ts=grant.created_ts,
+        )
+        if not await oauth.store.rotate_grant(grant.refresh_hash, rotated, GRANT_IDLE):
+            raise invalid_grant("the refresh token was used at the same time by another request")
+        await oauth.sessions.open(oauth.access_session(access, user, grant.device_id, client_ip), None)
+        await oauth.store.touch_client(grant.client_id, GRANT_IDLE)
+        return self._answer(access, refresh, grant.scope)
+
+    async def _still_good(self, grant: Grant) -> User:
+        """The grant's user, read from the user store now; `invalid_grant` (and the session
+        ended, at Synapse too) when the session ended or the user is gone or changed."""
+        oauth = self.oauth
+        user = await oauth.users.get(grant.user)
+        if user is None:
+            await self._end(grant, USER_REMOVED, "the account is gone")
+            raise invalid_grant("the account is gone")
+        session = await oauth.sessions.get(grant.user, grant_session_digest(grant.grant_id))
+        if session is None or session.ended_ts is not None:
+            await oauth.forget(grant)
+            raise invalid_grant("the session has ended")
+        why = oauth.credentials.stale(session, user)
+        if why is not None:
+            await oauth.devices.end_stale(user, why)
+            await oauth.forget(grant)
+            raise invalid_grant("the account's password changed: sign in again")
+        return user
+
+    async def _access_used(self, grant: Grant) -> bool:
+        """Whether the newest access token was used (or has expired, when that cannot be told)."""
+        session = await self.oauth.sessions.get(grant.user, grant.access_hash)
+        if session is None:
+            return now_ms() >= grant.rotated_ts + self.oauth.lifetime * 1000
+        return session.ended_ts is not None or session.last_seen_ts > session.created_ts
+
+    async def _end(self, grant: Grant, reason: str, why: str) -> None:
+        logger.warning("oauth: session of %r on device %s ended: %s", grant.user, grant.device_id, why)
+        await self.oauth.devices.end(grant.user, [grant.device_id], reason)
+        await self.oauth.forget(grant)
+
+    # -- revocation -------------------------------------------------------------------------
+
+    async def revoke(self, form: dict[str, str]) -> None:
+        """RFC 7009: the session of either token ends (with delegation, its device at Synapse
+        before this returns); an unknown or revoked token is no error."""
+        token = form.get("token", "")
+        if not token:
+            raise OAuthError(INVALID_REQUEST, "token is required")
+        hint = form.get("token_type_hint", "")
+        if hint not in ("", "access_token", "refresh_token"):
+            raise OAuthError(UNSUPPORTED_TOKEN_TYPE, "token_type_hint must be access_token or refresh_token")
+        if len(token) > MAX_TOKEN:
+            return
+        oauth = self.oauth
+        grant = await oauth.store.grant_by_refresh(token_digest(token))
+        if grant is not None:
+            await self._end(grant, REVOKED, "revoked by its refresh token")
+            return
+        try:
+            claims = oauth.tokens.verify(token)
+        except TokenError:
+            return
+        session = await oauth.sessions.get(claims.name, token_digest(token))
+        if session is None or session.ended_ts is not None:
+            return
+        await oauth.devices.end(claims.name, [session.device_id], REVOKED)
+        found = await oauth.store.device_grant(claims.name, session.device_id)
+        if found is not None:
+            await oauth.forget(found)
+

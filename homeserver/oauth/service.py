@@ -1,0 +1,176 @@
+"""The OAuth 2.0 API's service: registration, the authorization codes, and what the token and
+revocation endpoints do (homeserver.oauth.grants). No HTTP here.
+
+OAuth sessions are sessions: each access token has its session in the SessionStore (with its
+`expires_ts`), and each grant (one device's refresh tokens) a session of its own, opened with
+the credential fingerprints of the sign-in, under a digest no token can have. Every way a
+session ends (logout, device deletion, `sessions revoke`, a reset, the removed-user sweep)
+ends that one too, and a refresh finds it ended.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import secrets
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from backends.base import User
+from backends.sessions.base import Session, SessionStore
+from backends.sessions.oauth import Grant, OAuthStore
+from homeserver import audit
+from homeserver.credentials import Credentials
+from homeserver.oauth.authorization import AuthorizationRequest, parse_authorization
+from homeserver.oauth.clients import register
+from homeserver.oauth.errors import OAuthError
+from homeserver.sessions import token_digest
+from homeserver.tokens import TokenIssuer
+
+if TYPE_CHECKING:
+    from homeserver.delegation import Delegation
+    from homeserver.devices import Devices
+    from homeserver.users import Users
+
+logger = logging.getLogger(__name__)
+
+CODE_LIFETIME = 600.0  # seconds an authorization code lives (RFC 6749 4.1.2: 10 minutes at most)
+CLIENT_IDLE = 7 * 86400.0  # seconds a client is kept unused
+GRANT_IDLE = 90 * 86400.0  # seconds a grant (and its client) is kept without a refresh
+# Registrations per client address: a burst, then one per this many seconds.
+REGISTER_BURST = 20
+REGISTER_INTERVAL = 6.0
+AUDIT_REASON = "oauth"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def new_token(prefix: str) -> str:
+    return prefix + secrets.token_urlsafe(32)
+
+
+def grant_session_digest(grant_id: str) -> str:
+    """The session-store key of a grant's own session: no token's digest (tokens are JWTs)."""
+    return token_digest("oauth-grant:" + grant_id)
+
+
+def pkce_s256(verifier: str) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(verifier.encode("ascii")).digest()).rstrip(b"=").decode("ascii")
+
+
+@dataclass(frozen=True)
+class OAuthSettings:
+    access_token_lifetime: int
+
+
+class OAuth:
+    """The OAuth 2.0 API over the server's users, sessions and devices."""
+
+    def __init__(
+        self,
+        settings: OAuthSettings,
+        store: OAuthStore,
+        *,
+        sessions: SessionStore,
+        users: Users,
+        devices: Devices,
+        credentials: Credentials,
+        tokens: TokenIssuer,
+        delegation: Delegation | None,
+        rate_limited: bool = True,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.sessions = sessions
+        self.users = users
+        self.devices = devices
+        self.credentials = credentials
+        # Access tokens are the server's JWTs with the OAuth lifetime: the same auth step takes them.
+        self.tokens = TokenIssuer(tokens.secret, settings.access_token_lifetime, previous=tokens.keys[1:])
+        self.delegation = delegation
+        self.rate_limited = rate_limited
+
+    @property
+    def lifetime(self) -> int:
+        return self.settings.access_token_lifetime
+
+    # -- registration -----------------------------------------------------------------
+
+    async def register(self, body: Any, client_ip: str) -> dict[str, Any]:
+        """RFC 7591: the registered metadata with its client_id, kept in the store."""
+        if self.rate_limited:
+            wait = await self.sessions.rate_limit(
+                "oauth-register:" + client_ip, REGISTER_INTERVAL, REGISTER_BURST * REGISTER_INTERVAL
+            )
+            if wait > 0:
+                raise OAuthError(
+                    "temporarily_unavailable", "too many registrations from this address", 429,
+                    {"Retry-After": str(max(1, int(wait + 0.999)))},
+                )
+        metadata = register(body)
+        await self.store.add_client(metadata["client_id"], metadata, CLIENT_IDLE)
+        logger.info("oauth: client %s registered (%s)", metadata["client_id"], metadata.get("client_name", ""))
+        return metadata
+
+    # -- authorization ----------------------------------------------------------------
+
+    async def authorization_request(self, params: dict[str, str]) -> AuthorizationRequest:
+        """The checked request (PageProblem or RedirectError otherwise)."""
+        client_id = params.get("client_id")
+        client = await self.store.client(client_id) if client_id and len(client_id) <= 64 else None
+        return parse_authorization(params, client)
+
+    async def issue_code(self, request: AuthorizationRequest, user: User, client_ip: str) -> str:
+        """A code for the signed-in person; the URL the browser goes to with it."""
+        code = new_token("")
+        fingerprint = self.credentials.of(user)
+        record = {
+            "client_id": request.client_id,
+            "client_name": request.client_name,
+            "redirect_uri": request.redirect.redirect_uri,
+            "code_challenge": request.code_challenge,
+            "user": user.name,
+            "device_id": request.scope.device_id,
+            "scope": request.scope.granted,
+            "identity_fp": fingerprint.identity,
+            "password_fp": fingerprint.password,
+            "created_ts": now_ms(),
+        }
+        await self.store.add_code(token_digest(code), record, CODE_LIFETIME)
+        await self.store.touch_client(request.client_id, CLIENT_IDLE)
+        audit.audit(
+            audit.LOGIN, user=user.name, device=request.scope.device_id, client=client_ip, outcome="authorized",
+            reason=f"{AUDIT_REASON}, client {request.client_id}",
+        )
+        return request.redirect.url({"code": code})
+
+    # -- sessions of grants -------------------------------------------------------------
+
+    def access_session(self, token: str, user: User, device_id: str, ip: str) -> Session:
+        now = now_ms()
+        fingerprint = self.credentials.of(user)
+        return Session(
+            token_hash=token_digest(token), user=user.name, device_id=device_id, created_ts=now,
+            last_seen_ip=ip, last_seen_ts=now, expires_ts=now + self.lifetime * 1000,
+            identity_fp=fingerprint.identity, password_fp=fingerprint.password,
+        )
+
+    def grant_session(self, grant_id: str, user: User, device_id: str, ip: str, fps: tuple[str, str]) -> Session:
+        now = now_ms()
+        return Session(
+            token_hash=grant_session_digest(grant_id), user=user.name, device_id=device_id, created_ts=now,
+            last_seen_ip=ip, last_seen_ts=now, identity_fp=fps[0], password_fp=fps[1],
+        )
+
+    async def ends_device(self, session: Session) -> bool:
+        """For a logout (homeserver.devices): whether the session's device is an OAuth grant's,
+        whose refresh token must end with it."""
+        return await self.store.device_grant(session.user, session.device_id) is not None
+
+    async def forget(self, grant: Grant) -> None:
+        await self.store.delete_grant(grant)
+
