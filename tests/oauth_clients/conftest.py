@@ -10,8 +10,9 @@ import pytest
 from tests.browser import chrome
 from tests.servers import ServerProcess
 
-# Short, so that a test sees a client refresh by itself after waiting this long.
-LIFETIME = 5
+# Short (the least the server takes), so that a test sees a client refresh by itself
+# after waiting this long.
+LIFETIME = 10
 OAUTH = f"[oauth]\nenabled = true\naccess_token_lifetime = {LIFETIME}\n"
 PASSWORDS = {"alice": "wonderland", "bob": "builder"}
 
