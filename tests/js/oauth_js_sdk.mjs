@@ -62,14 +62,17 @@ async function waitFor(what, check, seconds = 30) {
 const errorOf = (e) => [e.httpStatus ?? null, e.errcode ?? e.error ?? e.message];
 
 // Discovery and registration, once per run (a client registers at the start of its flow).
-const metadata = await sdk.createClient({ baseUrl: base }).getAuthMetadata();
-out.metadata = { issuer: metadata.issuer, account_management_uri: metadata.account_management_uri ?? null,
-                 grant_types: metadata.grant_types_supported };
-const clientId = await sdk.OAuth2.registerClient(metadata, {
-  application_type: "native", client_name: "matrix-js-sdk test", client_uri: "https://js-sdk.example.org/",
-  redirect_uris: [redirectUri],
-});
-out.client_id = typeof clientId === "string" && clientId.length > 0;
+let metadata, clientId;
+async function register() {
+  metadata = await sdk.createClient({ baseUrl: base }).getAuthMetadata();
+  out.metadata = { issuer: metadata.issuer, account_management_uri: metadata.account_management_uri ?? null,
+                   grant_types: metadata.grant_types_supported };
+  clientId = await sdk.OAuth2.registerClient(metadata, {
+    application_type: "native", client_name: "matrix-js-sdk test", client_uri: "https://js-sdk.example.org/",
+    redirect_uris: [redirectUri],
+  });
+  out.client_id = typeof clientId === "string" && clientId.length > 0;
+}
 
 /** The code grant for one user; a MatrixClient on its tokens that refreshes by itself. */
 async function signIn(user) {
@@ -197,10 +200,13 @@ async function chat() {
 }
 
 try {
+  await register();
   await (mode === "chat" ? chat() : flow());
 } catch (e) {
   out.failed = { name: e.name, message: e.message, status: e.httpStatus ?? null, errcode: e.errcode ?? null,
-                 error: e.error ?? null, cause: e.cause?.message ?? null };
+                 error: e.error ?? null, cause: e.cause?.message ?? null,
+                 // The OAuth requests made so far, the last one the failing one.
+                 requests: requests.slice(-4) };
 } finally {
   server.close();
 }
