@@ -3,10 +3,15 @@ Synapse's authentication service and `[oauth]` on (tests/oauth_clients/stack.py)
 sign in through the code grant in headless Chromium, make a room and talk end-to-end
 encrypted both ways (js-sdk's Rust crypto), go on talking after their access tokens expired
 (each client refreshes by itself, Synapse introspecting the new tokens), and one logs out
-with two revocations, after which Synapse refuses the token and has no device left."""
+with two revocations, after which Synapse refuses the token and has no device left; and an
+OAuth user's cross-signing reset is approved on our account page (Synapse's `m.oauth` stage).
+
+The proxy is conf/nginx-delegation.conf as shipped: the OAuth endpoints in our metadata must
+be routed to us there."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -74,3 +79,42 @@ def test_two_oauth_users_chat_encrypted_through_synapse(oauth_stack: OAuthStack,
     assert oauth_stack.synapse_devices(RECEIVER) == []
     assert sender_device in oauth_stack.synapse_devices(SENDER)
     assert receiver_device not in oauth_stack.our_devices(RECEIVER)
+
+
+def test_an_oauth_user_resets_cross_signing_approved_on_our_page(oauth_stack: OAuthStack) -> None:
+    """Synapse's `m.oauth` stage (MSC4312) for an OAuth session: the link is our account page
+    from our metadata; the person approves there in Chromium; the client's new master key is
+    then taken."""
+    from selenium.webdriver.common.by import By
+
+    from tests.browser import chrome
+    from tests.js_sdk import install_js_sdk
+    from tests.oauth_clients.flow import OAuthClient
+    from tests.test_account_page_synapse import UPLOAD, master_key_at_synapse, new_master_key, press, sign_in, upload
+
+    user = "erin"
+    node, cache = install_js_sdk()
+    script = os.path.join(cache, "upload_master_key.mjs")
+    with open(script, "w") as fh:
+        fh.write(UPLOAD)
+    js = (node, script)
+    client = OAuthClient(oauth_stack.url, client_name="cross-signing test")
+    token = client.sign_in(user, password_of(user)).access_token
+    first = new_master_key()
+    assert upload(js, oauth_stack, token, user, first) == {"status": 200}
+    second = new_master_key()
+    refused = upload(js, oauth_stack, token, user, second)
+    assert refused["status"] == 401, refused
+    link = refused["data"]["params"]["m.oauth"]["url"]
+    assert link.startswith(client.metadata["account_management_uri"]), (link, client.metadata)
+    assert "action=org.matrix.cross_signing_reset" in link
+    with chrome() as driver:
+        driver.get(link)
+        sign_in(driver, user)
+        assert driver.find_element(By.TAG_NAME, "h1").text == "Reset your cross-signing keys"
+        driver.find_element(By.ID, "password-reset").send_keys(password_of(user))
+        press(driver, "Approve the reset")
+        body = driver.find_element(By.TAG_NAME, "body").text
+        assert "For the next 10 minutes your Matrix client may reset" in body, body
+    assert upload(js, oauth_stack, token, user, second) == {"status": 200}
+    assert master_key_at_synapse(oauth_stack, token, user) == [second]
