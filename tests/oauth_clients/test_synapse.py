@@ -118,3 +118,27 @@ def test_an_oauth_user_resets_cross_signing_approved_on_our_page(oauth_stack: OA
         assert "For the next 10 minutes your Matrix client may reset" in body, body
     assert upload(js, oauth_stack, token, user, second) == {"status": 200}
     assert master_key_at_synapse(oauth_stack, token, user) == [second]
+
+
+def test_a_user_removed_from_the_directory_is_signed_out_at_synapse(oauth_stack: OAuthStack) -> None:
+    """The issue's promise: removed in the store, signed out at Synapse within one access
+    token lifetime; the refresh token is refused."""
+    import time
+
+    from tests.delegation_stack import REMOVABLE
+    from tests.oauth_clients.flow import OAuthClient
+
+    client = OAuthClient(oauth_stack.url, client_name="removal test")
+    tokens = client.sign_in(REMOVABLE, password_of(REMOVABLE), device_id="REMOVEDDEV")
+    assert oauth_stack.whoami(tokens.access_token)[0] == 200
+    assert oauth_stack.synapse_devices(REMOVABLE) == ["REMOVEDDEV"]
+    oauth_stack.homeserver.remove_users(REMOVABLE)
+    deadline = time.monotonic() + LIFETIME
+    while oauth_stack.whoami(tokens.access_token)[0] == 200:
+        assert time.monotonic() < deadline, "Synapse still takes the removed user's token"
+        time.sleep(0.5)
+    status, body = oauth_stack.whoami(tokens.access_token)
+    assert (status, body["errcode"]) == (401, "M_UNKNOWN_TOKEN"), body
+    refused = client.token(grant_type="refresh_token", refresh_token=tokens.refresh_token)
+    assert refused.status == 400 and refused.json["error"] == "invalid_grant", refused
+    assert oauth_stack.synapse_devices(REMOVABLE) == []
