@@ -268,7 +268,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
         # Serve the Matrix OAuth 2.0 API (docs/oauth.md) beside password login.
         "enabled": Field("bool", False),
         # Seconds an OAuth access token lives; clients refresh it with their refresh token.
-        "access_token_lifetime": Field("int", 300, _range(10, 86400)),
+        "access_token_lifetime": Field("int", 300, _range(1, 86400)),
     },
     "metrics": {
         "enabled": Field("bool", False),

@@ -34,6 +34,17 @@ class OpenIdConfigurationHandler(BaseHandler):
         )
 
 
+class AuthorizationServerHandler(BaseHandler):
+    """GET /.well-known/oauth-authorization-server (RFC 8414's own path, which strict OAuth
+    clients such as oauth4webapi read): the metadata with `[oauth]` on, else 404."""
+
+    def get(self) -> None:
+        if self.hs.oauth is None:
+            raise unrecognized()
+        base = self.hs.config.get("server", "base_url")
+        self.write_json(server_metadata(base, introspection=self.hs.delegation is not None))
+
+
 class IntrospectHandler(BodyHandler):
     """POST /oauth2/introspect (RFC 7662, form `token=...`), for Synapse with the shared secret."""
 
@@ -85,6 +96,7 @@ class AuthMetadataHandler(BaseHandler):
 
 ROUTES = [
     (r"/\.well-known/openid-configuration", OpenIdConfigurationHandler),
+    (r"/\.well-known/oauth-authorization-server", AuthorizationServerHandler),
     (r"/oauth2/introspect", IntrospectHandler),
     (r"/_matrix/client/v1/auth_metadata", AuthMetadataHandler),
     (r"/_matrix/client/unstable/org\.matrix\.msc2965/auth_metadata", AuthMetadataHandler, {"unstable": True}),

@@ -96,7 +96,7 @@ class AuthorizeHandler(PageHandler):
             self.show(request, 401 if op == "confirm" else 400, error="Sign in to continue.")
             return
         assert user is not None
-        target = await self.oauth().issue_code(request, user, self.client_ip)
+        target = await self.oauth().issue_code(request, user)
         logger.info("oauth: %s authorized client %s, device %s", user.name, request.client_id, request.scope.device_id)
         self.redirect(target, status=303)
 

@@ -126,7 +126,10 @@ class TokenEndpoint:
             await oauth.sessions.open(oauth.access_session(access, user, device_id, client_ip), display)
             await oauth.store.add_grant(grant, GRANT_IDLE)
         await oauth.store.touch_client(client_id, GRANT_IDLE)
-        audit.audit(audit.LOGIN, user=user.name, device=device_id, client=client_ip, outcome="success", reason="oauth")
+        audit.audit(
+            audit.LOGIN, user=user.name, device=device_id, client=client_ip, outcome="success",
+            reason=f"oauth, client {client_id}",
+        )
         if oauth.devices.sessions.metrics is not None:
             oauth.devices.sessions.metrics.observe_sessions_opened()
         return self._answer(access, refresh, record["scope"])

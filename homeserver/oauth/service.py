@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 from backends.base import User
 from backends.sessions.base import Session, SessionStore
 from backends.sessions.oauth import Grant, OAuthStore
-from homeserver import audit
 from homeserver.credentials import Credentials
 from homeserver.oauth.authorization import AuthorizationRequest, parse_authorization
 from homeserver.oauth.clients import register
@@ -42,7 +41,6 @@ GRANT_IDLE = 90 * 86400.0  # seconds a grant (and its client) is kept without a 
 # Registrations per client address: a burst, then one per this many seconds.
 REGISTER_BURST = 20
 REGISTER_INTERVAL = 6.0
-AUDIT_REASON = "oauth"
 
 
 def now_ms() -> int:
@@ -124,8 +122,9 @@ class OAuth:
         client = await self.store.client(client_id) if client_id and len(client_id) <= 64 else None
         return parse_authorization(params, client)
 
-    async def issue_code(self, request: AuthorizationRequest, user: User, client_ip: str) -> str:
-        """A code for the signed-in person; the URL the browser goes to with it."""
+    async def issue_code(self, request: AuthorizationRequest, user: User) -> str:
+        """A code for the signed-in person (the sign-in was audited by the login service); the URL
+        the browser goes to with it."""
         code = new_token("")
         fingerprint = self.credentials.of(user)
         record = {
@@ -142,10 +141,6 @@ class OAuth:
         }
         await self.store.add_code(token_digest(code), record, CODE_LIFETIME)
         await self.store.touch_client(request.client_id, CLIENT_IDLE)
-        audit.audit(
-            audit.LOGIN, user=user.name, device=request.scope.device_id, client=client_ip, outcome="authorized",
-            reason=f"{AUDIT_REASON}, client {request.client_id}",
-        )
         return request.redirect.url({"code": code})
 
     # -- sessions of grants -------------------------------------------------------------

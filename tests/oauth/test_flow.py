@@ -45,6 +45,7 @@ async def test_metadata_is_valid_against_the_v1_18_schema(fetch):
     assert "org.matrix.sessions_list" in unstable["account_management_actions_supported"]
     openid = assert_json(await fetch("/.well-known/openid-configuration"))
     assert openid == body  # no delegation here: no introspection endpoint
+    assert assert_json(await fetch("/.well-known/oauth-authorization-server")) == body  # RFC 8414's path
     # Password login stays.
     flows = assert_json(await fetch("/_matrix/client/v3/login"))["flows"]
     assert {"type": "m.login.password"} in flows
@@ -61,6 +62,7 @@ class TestOff:
             assert_error(resp, 404, "M_UNRECOGNIZED")
             jsonschema.validate(resp.json, metadata_schema(404))
         assert_error(await fetch("/.well-known/openid-configuration"), 404, "M_UNRECOGNIZED")
+        assert_error(await fetch("/.well-known/oauth-authorization-server"), 404, "M_UNRECOGNIZED")
         assert_error(await fetch("/oauth2/token", "POST", body="grant_type=refresh_token"), 404, "M_UNRECOGNIZED")
         assert (await fetch("/account/authorize?client_id=x")).status == 404
 

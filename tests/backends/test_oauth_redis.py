@@ -1,0 +1,57 @@
+"""The OAuth 2.0 API with the sessions (and so the OAuth store) on a real Redis: the flow, the
+lost answer retried, a replay, revocation, and a user removed between refreshes."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from tests.handlers.test_account_state import edit_users
+from tests.helpers import DEFAULT_USERS, assert_error, assert_json
+from tests.oauth.conftest import OAuthClient
+from tests.oauth.test_refresh import use
+
+pytestmark = pytest.mark.usefixtures("io_loop")
+
+WHOAMI = "/_matrix/client/v3/account/whoami"
+
+
+@pytest.fixture
+def config_overrides(redis_url):
+    prefix = f"test:{uuid.uuid4().hex}:"
+    return {"oauth": {"enabled": True}, "sessions": {"store": "redis"}, "sessions.redis": {"url": redis_url, "key_prefix": prefix}}
+
+
+@pytest.fixture
+def client(fetch) -> OAuthClient:
+    return OAuthClient(fetch)
+
+
+def invalid_grant(resp) -> None:
+    assert resp.status == 400 and resp.json["error"] == "invalid_grant", resp
+
+
+async def test_flow_retry_replay_and_revocation_on_redis(client, fetch, session_store, hs):
+    first = await client.login("REDIS00001")
+    assert [d.device_id for d in await hs.devices.list_devices("alice")] == ["REDIS00001"]
+    assert_json(await client.refresh(first["refresh_token"]))  # lost
+    second = assert_json(await client.refresh(first["refresh_token"]))  # retried
+    await use(fetch, session_store, second["access_token"])
+    invalid_grant(await client.refresh(first["refresh_token"]))  # a replay now: the session ends
+    body = assert_error(await fetch(WHOAMI, token=second["access_token"]), 401, "M_UNKNOWN_TOKEN")
+    assert body["soft_logout"] is False
+    third = await client.login("REDIS00002")
+    assert_json(await client.revoke(third["access_token"]))
+    invalid_grant(await client.refresh(third["refresh_token"]))
+
+
+async def test_a_code_is_used_once_and_a_removed_user_ends_on_redis(client, fetch, backend, users_path):
+    code, _ = await client.code("REDIS00003")
+    tokens = assert_json(await client.exchange(code))
+    resp = await client.exchange(code)
+    assert resp.status == 400 and resp.json["error"] == "invalid_grant"
+    assert_error(await fetch(WHOAMI, token=tokens["access_token"]), 401, "M_UNKNOWN_TOKEN")
+    tokens = await client.login("REDIS00004")
+    await edit_users(backend, users_path, [DEFAULT_USERS[1]])
+    invalid_grant(await client.refresh(tokens["refresh_token"]))

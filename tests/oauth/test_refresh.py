@@ -1,0 +1,122 @@
+"""Refresh and the ends of OAuth sessions: rotation, the lost answer retried, replays, and the
+user store read at every refresh (removed, reset, locked); expiry is a soft logout."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from homeserver.sessions import token_digest
+from tests.handlers.test_account_state import edit_users, with_alice
+from tests.helpers import DEFAULT_USERS, assert_error, assert_json, hex_hash
+
+pytestmark = pytest.mark.usefixtures("io_loop")
+
+WHOAMI = "/_matrix/client/v3/account/whoami"
+
+
+def invalid_grant(resp) -> None:
+    assert resp.status == 400 and resp.json["error"] == "invalid_grant", resp
+
+
+async def use(fetch, session_store, token: str) -> None:
+    """A request with the token, and its last-seen write done (it is made in the background)."""
+    assert_json(await fetch(WHOAMI, token=token))
+    for _ in range(100):
+        session = await session_store.get("alice", token_digest(token))
+        if session is not None and session.last_seen_ts > session.created_ts:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the token's use was never recorded")
+
+
+async def assert_ended(fetch, token: str) -> None:
+    body = assert_error(await fetch(WHOAMI, token=token), 401, "M_UNKNOWN_TOKEN")
+    assert body["soft_logout"] is False
+
+
+async def test_a_lost_answer_is_retried_with_the_previous_refresh_token(client, fetch, session_store):
+    first = await client.login()
+    lost = assert_json(await client.refresh(first["refresh_token"]))  # the client never sees this
+    retried = assert_json(await client.refresh(first["refresh_token"]))
+    assert retried["refresh_token"] != lost["refresh_token"]
+    await use(fetch, session_store, retried["access_token"])
+    await assert_ended(fetch, lost["access_token"])  # never used, replaced by the retry
+    after = assert_json(await client.refresh(retried["refresh_token"]))
+    assert_json(await fetch(WHOAMI, token=after["access_token"]))
+
+
+async def test_a_replay_after_the_new_access_token_was_used_ends_the_session(client, fetch, session_store):
+    first = await client.login()
+    second = assert_json(await client.refresh(first["refresh_token"]))
+    await use(fetch, session_store, second["access_token"])
+    invalid_grant(await client.refresh(first["refresh_token"]))
+    await assert_ended(fetch, second["access_token"])
+    invalid_grant(await client.refresh(second["refresh_token"]))
+
+
+async def test_an_older_refresh_token_replayed_ends_the_session(client, fetch):
+    first = await client.login()
+    second = assert_json(await client.refresh(first["refresh_token"]))
+    third = assert_json(await client.refresh(second["refresh_token"]))
+    invalid_grant(await client.refresh(first["refresh_token"]))
+    await assert_ended(fetch, third["access_token"])
+    invalid_grant(await client.refresh(third["refresh_token"]))
+
+
+async def test_a_removed_user_is_invalid_grant_and_the_session_ends(client, fetch, backend, users_path, hs):
+    tokens = await client.login()
+    await edit_users(backend, users_path, [DEFAULT_USERS[1]])
+    invalid_grant(await client.refresh(tokens["refresh_token"]))
+    assert await hs.devices.list_devices("alice") == []
+    await edit_users(backend, users_path, with_alice())  # the same record back: still over
+    invalid_grant(await client.refresh(tokens["refresh_token"]))
+    await assert_ended(fetch, tokens["access_token"])
+
+
+async def test_a_reset_is_invalid_grant_and_the_session_ends(client, fetch, backend, users_path, hs):
+    tokens = await client.login()
+    await edit_users(backend, users_path, with_alice(password=hex_hash("new password")))
+    invalid_grant(await client.refresh(tokens["refresh_token"]))
+    assert await hs.devices.list_devices("alice") == []
+    await assert_ended(fetch, tokens["access_token"])
+
+
+async def test_a_locked_user_keeps_the_session_as_password_sessions_do(client, fetch, backend, users_path):
+    tokens = await client.login()
+    await edit_users(backend, users_path, with_alice(locked=True))
+    fresh = assert_json(await client.refresh(tokens["refresh_token"]))
+    body = assert_error(await fetch(WHOAMI, token=fresh["access_token"]), 401, "M_USER_LOCKED")
+    assert body["soft_logout"] is True
+    await edit_users(backend, users_path, with_alice())
+    assert_json(await fetch(WHOAMI, token=fresh["access_token"]))
+    assert_json(await client.refresh(fresh["refresh_token"]))
+
+
+async def test_sessions_revoke_and_the_sweep_end_oauth_sessions(client, fetch, hs, backend, users_path):
+    tokens = await client.login("REVOKED001")
+    assert [d.device_id for d in await hs.devices.list_devices("alice")] == ["REVOKED001"]
+    assert await hs.devices.revoke("alice", ["REVOKED001"]) == 2  # the access token's and the grant's
+    invalid_grant(await client.refresh(tokens["refresh_token"]))
+    tokens = await client.login("SWEPT00001")
+    await edit_users(backend, users_path, [DEFAULT_USERS[1]])
+    await hs.devices.sweep_removed_users(hs.users)
+    await hs.devices.sweep_removed_users(hs.users)
+    await edit_users(backend, users_path, with_alice())
+    invalid_grant(await client.refresh(tokens["refresh_token"]))
+
+
+class TestShortLifetime:
+    @pytest.fixture
+    def config_overrides(self):
+        return {"oauth": {"enabled": True, "access_token_lifetime": 1}}
+
+    async def test_an_expired_access_token_is_a_soft_logout_and_refresh_goes_on(self, client, fetch):
+        tokens = await client.login()
+        assert tokens["expires_in"] == 1
+        await asyncio.sleep(2.2)
+        body = assert_error(await fetch(WHOAMI, token=tokens["access_token"]), 401, "M_UNKNOWN_TOKEN")
+        assert body["soft_logout"] is True
+        fresh = assert_json(await client.refresh(tokens["refresh_token"]))
+        assert_json(await fetch(WHOAMI, token=fresh["access_token"]))

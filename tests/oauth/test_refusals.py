@@ -1,0 +1,191 @@
+"""What the OAuth 2.0 API refuses, each with its RFC error: registration (RFC 7591), the
+authorization request (RFC 6749 4.1.2.1, RFC 7636) and the code exchange (RFC 6749 5.2)."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+import pytest
+
+from tests.helpers import assert_error, assert_json
+from tests.oauth.conftest import REDIRECT, redirect_values, scope
+from tests.page_client import text
+
+pytestmark = pytest.mark.usefixtures("io_loop")
+
+WHOAMI = "/_matrix/client/v3/account/whoami"
+
+
+def oauth_error(resp, error: str, status: int = 400) -> dict:
+    assert resp.status == status, resp
+    assert resp.headers["Content-Type"] == "application/json", resp
+    body = resp.json
+    assert body["error"] == error and isinstance(body["error_description"], str), resp
+    return body
+
+
+# -- registration -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides, error",
+    [
+        ({"application_type": "web", "redirect_uris": ["http://app.example.org/cb"]}, "invalid_redirect_uri"),
+        ({"application_type": "web", "redirect_uris": ["http://localhost/cb"]}, "invalid_redirect_uri"),
+        ({"application_type": "web", "redirect_uris": ["https://evil.example.com/cb"]}, "invalid_redirect_uri"),
+        ({"application_type": "web", "redirect_uris": ["https://app.example.org/cb#frag"]}, "invalid_redirect_uri"),
+        ({"redirect_uris": ["http://127.0.0.1/cb#x"]}, "invalid_redirect_uri"),
+        ({"redirect_uris": ["http://example.org/cb"]}, "invalid_redirect_uri"),  # native http off the loopback
+        ({"redirect_uris": ["com.evil:/cb"]}, "invalid_redirect_uri"),  # not the reverse-DNS of client_uri
+        ({"redirect_uris": ["org.example.app://cb"]}, "invalid_redirect_uri"),  # an authority
+        ({"redirect_uris": []}, "invalid_redirect_uri"),
+        ({"client_uri": None}, "invalid_client_metadata"),
+        ({"client_uri": "http://app.example.org/"}, "invalid_client_metadata"),
+        ({"token_endpoint_auth_method": "client_secret_basic"}, "invalid_client_metadata"),
+        ({"response_types": ["token"]}, "invalid_client_metadata"),
+        ({"application_type": "desktop"}, "invalid_client_metadata"),
+        ({"logo_uri": "https://elsewhere.example.com/logo.png"}, "invalid_client_metadata"),
+    ],
+)
+async def test_registration_refusals(client, overrides, error):
+    body = {k: v for k, v in overrides.items() if v is not None}
+    resp = await client.register(**body)
+    if overrides.get("client_uri", "") is None:
+        await client.discover()
+        full = {"client_name": "x", "redirect_uris": [REDIRECT]}
+        resp = await client.fetch(client.path("registration_endpoint"), "POST", json_body=full)
+    oauth_error(resp, error)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"application_type": "web", "redirect_uris": ["https://app.example.org/cb", "https://sub.app.example.org:8443/cb?x=1"]},
+        {"redirect_uris": ["org.example.app:/callback", "org.example.app.sub:cb"]},
+        {"redirect_uris": ["http://localhost/cb", "http://[::1]/cb", "http://127.0.0.1:1234/cb"]},
+    ],
+)
+async def test_registrations_taken(client, overrides):
+    body = assert_json(await client.register(**overrides), 201)
+    assert body["client_id"] and body["redirect_uris"] == overrides["redirect_uris"]
+    assert body["token_endpoint_auth_method"] == "none"
+
+
+async def test_registration_drops_grant_types_it_lacks(client):
+    body = assert_json(await client.register(grant_types=["authorization_code", "refresh_token", "urn:ietf:params:oauth:grant-type:token-exchange"]), 201)
+    assert body["grant_types"] == ["authorization_code", "refresh_token"]
+
+
+async def test_registrations_are_rate_limited_per_address(client):
+    for _ in range(20):
+        assert (await client.register()).status == 201
+    resp = await client.register()
+    oauth_error(resp, "temporarily_unavailable", 429)
+    assert int(resp.headers["Retry-After"]) >= 1
+
+
+class TestNoRateLimits:
+    @pytest.fixture
+    def config_overrides(self):
+        return {"oauth": {"enabled": True}, "rate_limit": {"enabled": False}}
+
+    async def test_registrations_are_not_limited(self, client):
+        for _ in range(25):
+            assert (await client.register()).status == 201
+
+
+# -- the authorization request --------------------------------------------------------------------
+
+
+async def test_unknown_client_is_an_error_page_never_a_redirect(client):
+    await client.ensure_client()
+    params = await client.params()
+    for changed in ({"client_id": "NOSUCHCLIENT"}, {"client_id": ""}, {"redirect_uri": "https://evil.example.com/cb"},
+                    {"redirect_uri": "http://127.0.0.1/other"}):
+        resp = await client.authorize_page({**params, **changed})
+        assert resp.status == 400, resp
+        assert "Location" not in resp.headers
+        assert "Cannot sign in" in text(resp) and "evil" not in text(resp)
+
+
+async def test_loopback_redirects_take_any_port(client):
+    params = await client.params(redirect_uri="http://127.0.0.1:53123/callback")
+    resp = await client.sign_in(params)
+    assert resp.status == 303 and resp.headers["Location"].startswith("http://127.0.0.1:53123/callback?code=")
+
+
+@pytest.mark.parametrize(
+    "changes, error",
+    [
+        ({"code_challenge_method": "plain"}, "invalid_request"),
+        ({"code_challenge_method": None}, "invalid_request"),  # plain by default (RFC 7636)
+        ({"code_challenge": None, "code_challenge_method": None}, "invalid_request"),
+        ({"response_type": "token"}, "unsupported_response_type"),
+        ({"scope": "urn:matrix:client:api:*"}, "invalid_scope"),  # no device scope
+        ({"scope": scope("AAAAAAAAAA") + " urn:matrix:client:device:BBBBBBBBBB"}, "invalid_scope"),  # two
+        ({"scope": "urn:matrix:client:device:AAAAAAAAAA"}, "invalid_scope"),  # no API scope
+        ({"scope": scope("AAAAAAAAAA") + " urn:synapse:admin:*"}, "invalid_scope"),
+        ({"scope": scope("bad device")}, "invalid_scope"),
+        ({"response_mode": "form_post"}, "invalid_request"),
+    ],
+)
+async def test_authorization_errors_go_back_on_the_redirect(client, changes, error):
+    params = await client.params()
+    for key, value in changes.items():
+        if value is None:
+            params.pop(key, None)
+        else:
+            params[key] = value
+    resp = await client.authorize_page(params)
+    assert resp.status == 303, resp
+    location = resp.headers["Location"]
+    assert location.startswith(REDIRECT + "?")
+    values = redirect_values(location)
+    assert values["error"] == error and values["state"] == params["state"], values
+
+
+async def test_a_repeated_parameter_is_refused(client):
+    params = await client.params()
+    url = client.path("authorization_endpoint") + "?" + urlencode(params) + "&" + urlencode({"scope": scope("OTHERDEVICE")})
+    resp = await client.fetch(url, follow_redirects=False)
+    assert resp.status == 303 and redirect_values(resp.headers["Location"])["error"] == "invalid_request"
+
+
+# -- the code exchange --------------------------------------------------------------------------
+
+
+async def test_a_code_used_twice_is_invalid_grant_and_ends_what_the_first_made(client, fetch):
+    code, _ = await client.code("TWICE00001")
+    first = assert_json(await client.exchange(code))
+    assert_json(await fetch(WHOAMI, token=first["access_token"]))
+    oauth_error(await client.exchange(code), "invalid_grant")
+    body = assert_error(await fetch(WHOAMI, token=first["access_token"]), 401, "M_UNKNOWN_TOKEN")
+    assert body["soft_logout"] is False
+    oauth_error(await client.refresh(first["refresh_token"]), "invalid_grant")
+
+
+async def test_a_wrong_verifier_is_invalid_grant_and_spends_the_code(client):
+    code, _ = await client.code(verifier="a" * 43)
+    oauth_error(await client.exchange(code, verifier="b" * 43), "invalid_grant")
+    oauth_error(await client.exchange(code, verifier="a" * 43), "invalid_grant")
+
+
+async def test_code_exchange_refusals(client):
+    code, _ = await client.code()
+    oauth_error(await client.token(grant_type="authorization_code", code=code, client_id=client.client_id, redirect_uri=REDIRECT), "invalid_request")
+    oauth_error(await client.token(grant_type="password", username="alice", password="wonderland"), "unsupported_grant_type")
+    oauth_error(await client.token(), "invalid_request")
+    oauth_error(await client.exchange("no-such-code"), "invalid_grant")
+    code, _ = await client.code()
+    other = {"redirect_uri": "http://127.0.0.1/other", "client_id": client.client_id, "code_verifier": "v" * 43}
+    oauth_error(await client.token(grant_type="authorization_code", code=code, **other), "invalid_grant")
+    code, _ = await client.code()
+    oauth_error(await client.token(grant_type="authorization_code", code=code, redirect_uri=REDIRECT, client_id="SOMEONEELSE", code_verifier="v" * 43), "invalid_grant")
+
+
+async def test_a_lock_between_sign_in_and_exchange_is_invalid_grant(client, backend, users_path):
+    from tests.handlers.test_account_state import edit_users, with_alice
+
+    code, _ = await client.code()
+    await edit_users(backend, users_path, with_alice(locked=True))
+    oauth_error(await client.exchange(code), "invalid_grant")
