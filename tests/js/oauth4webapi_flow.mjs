@@ -1,5 +1,5 @@
 // oauth4webapi 3 (a strict, independent RFC client) against this server's OAuth 2.0 API:
-// discovery (the Matrix auth_metadata and the OpenID well-known document), dynamic
+// discovery (the Matrix auth_metadata, the OpenID and RFC 8414 well-known documents), dynamic
 // registration of a native client with a loopback redirect on a random port, the
 // authorization code grant with PKCE S256, the token exchange, refresh and revocation.
 // The person's part (the sign-in page) is the driver's: this script prints
@@ -51,6 +51,10 @@ try {
   const wellKnown = await attempt("discovery_oidc", oauth.discoveryRequest(issuer, { ...insecure, algorithm: "oidc" })
     .then((res) => oauth.processDiscoveryResponse(issuer, res)));
   out.well_known_same = wellKnown !== null && out.endpoints.every((k) => wellKnown[k] === as[k]);
+  // And RFC 8414's own well-known path (oauth4webapi's "oauth2" algorithm).
+  const rfc8414 = await attempt("discovery_oauth2", oauth.discoveryRequest(issuer, { ...insecure, algorithm: "oauth2" })
+    .then((res) => oauth.processDiscoveryResponse(issuer, res)));
+  out.rfc8414_same = rfc8414 !== null && out.endpoints.every((k) => rfc8414[k] === as[k]);
 
   // Dynamic registration (RFC 7591): a public native client.
   const registered = await oauth.dynamicClientRegistrationRequest(as, {

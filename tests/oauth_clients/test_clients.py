@@ -62,6 +62,7 @@ def test_oauth4webapi_discovers_registers_signs_in_refreshes_and_revokes(oauth_s
     assert out["endpoints"] == ["authorization_endpoint", "token_endpoint", "revocation_endpoint",
                                 "registration_endpoint"]
     assert "S256" in out["code_challenge_methods"] and out["well_known_same"] is True, out
+    assert out["rfc8414_same"] is True, out
     assert out["registration_status"] == 201 and out["client_id"] is True
     token = out["token"]
     assert token["token_type"].lower() == "bearer" and token["refresh"] is True, out
