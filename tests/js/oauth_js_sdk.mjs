@@ -5,8 +5,9 @@
 // loopback listener), completeAuthorizationCodeGrant, then a MatrixClient that refreshes by
 // itself (refreshToken + oauthClientId + onTokenRefresh) and logs out with two revocations.
 //
-// Mode "flow": one user, the whole life of a session (waits past the access token's lifetime).
-// Mode "chat": two users signed in so, then a room and messages both ways, end-to-end
+// Mode "flow": one user, the whole life of a session (waits past the access token's lifetime),
+// the code in the redirect's fragment (js-sdk's default, as Element Web asks).
+// Mode "chat": two users signed in so (the code in the query), then a room and messages both ways, end-to-end
 // encrypted with js-sdk's Rust crypto (through Synapse behind nginx, delegation to us).
 // Prints one JSON line {"result": facts} last.
 // Usage: node oauth_js_sdk.mjs flow <base url> <user> <access token lifetime s>
@@ -14,6 +15,7 @@
 import * as sdk from "matrix-js-sdk";
 import { logger } from "matrix-js-sdk/lib/logger.js";
 import http from "node:http";
+import readline from "node:readline";
 
 logger.disableAll();
 // matrix-js-sdk 43 wants Node 22; Promise.withResolvers is what Node 20 lacks (chat.mjs).
@@ -38,6 +40,9 @@ globalThis.fetch = (resource, options) => {
   return realFetch(resource, options);
 };
 const countTo = (url) => requests.filter(([method, u]) => method === "POST" && u === url).length;
+
+// The URL the browser landed on, from the driver (a fragment never reaches the listener).
+const landedUrls = readline.createInterface({ input: process.stdin })[Symbol.asyncIterator]();
 
 // The loopback redirect (RFC 8252 7.3).
 const callbacks = [];
@@ -74,17 +79,21 @@ async function register() {
   out.client_id = typeof clientId === "string" && clientId.length > 0;
 }
 
-/** The code grant for one user; a MatrixClient on its tokens that refreshes by itself. */
-async function signIn(user) {
+/** The code grant for one user; a MatrixClient on its tokens that refreshes by itself.
+ * responseMode: "fragment" (js-sdk's default, Element Web's) or "query". */
+async function signIn(user, responseMode) {
   const deviceId = "JS" + Math.random().toString(36).slice(2, 10).toUpperCase();
   const oauth = new sdk.OAuth2(metadata, { clientId, deviceId });
   const state = Math.random().toString(36).slice(2);
-  const url = await oauth.generateAuthorizationCodeGrantUrl(state, redirectUri, "query");
+  const url = await oauth.generateAuthorizationCodeGrantUrl(state, redirectUri, responseMode);
   const landed = new Promise((resolve) => callbacks.push(resolve));
   say({ authorize: url, user });
-  const callback = await landed;
-  const facts = { state_echoed: callback.searchParams.get("state") === state, device_id: deviceId };
-  const tokens = await oauth.completeAuthorizationCodeGrant(callback.searchParams.get("code"), redirectUri);
+  const hit = await landed;
+  const browser = new URL((await landedUrls.next()).value);
+  const params = responseMode === "fragment" ? new URLSearchParams(browser.hash.slice(1)) : hit.searchParams;
+  const facts = { state_echoed: params.get("state") === state, device_id: deviceId, response_mode: responseMode,
+                  code_in_query: hit.searchParams.has("code") };
+  const tokens = await oauth.completeAuthorizationCodeGrant(params.get("code"), redirectUri);
   facts.token = { token_type: tokens.token_type, expires_in: tokens.expires_in, scope: tokens.scope,
                   refresh: typeof tokens.refresh_token === "string" };
   const refreshes = [];
@@ -99,7 +108,7 @@ async function signIn(user) {
 }
 
 async function flow() {
-  const { client, oauth, facts, refreshes, whoami, first } = await signIn(users[0]);
+  const { client, oauth, facts, refreshes, whoami, first } = await signIn(users[0], "fragment");
   Object.assign(out, facts);
   out.whoami = whoami;
   out.devices = (await client.getDevices()).devices.map((d) => d.device_id);
@@ -157,8 +166,8 @@ async function start(session) {
 }
 
 async function chat() {
-  const a = await signIn(users[0]);
-  const b = await signIn(users[1]);
+  const a = await signIn(users[0], "query");
+  const b = await signIn(users[1], "query");
   out.whoami = [a.whoami, b.whoami];
   out.state_echoed = a.facts.state_echoed && b.facts.state_echoed;
   const alice = await start(a), bob = await start(b);

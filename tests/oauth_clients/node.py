@@ -31,7 +31,8 @@ from tests.oauth_clients.flow import PageSession, request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OAUTH4WEBAPI_MAJOR = 3
-SignIn = Callable[[str, str], None]
+# (authorization URL, user) -> the URL the browser landed on (with its fragment, if any).
+SignIn = Callable[[str, str], str]
 
 
 def _missing(reason: str) -> None:
@@ -80,8 +81,8 @@ def js_sdk_script() -> tuple[str, str]:
 
 def run_flow(node: str, script: str, args: list[str], sign_in: SignIn, timeout: float = 240) -> dict[str, Any]:
     """Run a flow script; sign the people in as it asks; its result."""
-    proc = subprocess.Popen([node, script, *args], cwd=os.path.dirname(script), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([node, script, *args], cwd=os.path.dirname(script), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     timer = threading.Timer(timeout, proc.kill)
     timer.start()
     result: dict[str, Any] | None = None
@@ -92,7 +93,10 @@ def run_flow(node: str, script: str, args: list[str], sign_in: SignIn, timeout: 
                 continue
             message = json.loads(line)
             if "authorize" in message:
-                sign_in(message["authorize"], message["user"])
+                # The landed URL goes back on stdin: a fragment never reaches the listener.
+                assert proc.stdin is not None
+                proc.stdin.write(sign_in(message["authorize"], message["user"]) + "\n")
+                proc.stdin.flush()
             elif "result" in message:
                 result = message["result"]
         proc.wait(30)
@@ -104,8 +108,9 @@ def run_flow(node: str, script: str, args: list[str], sign_in: SignIn, timeout: 
         stderr = proc.stderr.read() if proc.stderr else ""
         if proc.stderr:
             proc.stderr.close()
-        if proc.stdout:
-            proc.stdout.close()
+        for stream in (proc.stdout, proc.stdin):
+            if stream:
+                stream.close()
     assert result is not None, f"{os.path.basename(script)} ended ({proc.returncode}) without a result:\n{stderr[-3000:]}"
     return result
 
@@ -117,10 +122,11 @@ def redirect_of(url: str) -> str:
 def http_person(password_of: Callable[[str], str]) -> SignIn:
     """The person as a plain HTTP client: the forms posted, the loopback redirect visited."""
 
-    def sign_in(url: str, user: str) -> None:
+    def sign_in(url: str, user: str) -> str:
         landed = PageSession().sign_in(url, user, password_of(user), redirect_of(url))
         answer = request(landed.split("#", 1)[0])
         assert answer.status == 200, answer
+        return landed
 
     return sign_in
 
@@ -136,7 +142,7 @@ def chromium_person(driver: Any, password_of: Callable[[str], str], pages: list[
         assert submits, "a form without a submit button"
         return submits[0]
 
-    def sign_in(url: str, user: str) -> None:
+    def sign_in(url: str, user: str) -> str:
         redirect = redirect_of(url)
         # Another person's page session (a sign-in remembered) must not answer for this one.
         driver.execute_cdp_cmd("Network.clearBrowserCookies", {})
@@ -165,6 +171,7 @@ def chromium_person(driver: Any, password_of: Callable[[str], str], pages: list[
             # Wait for the next document (the click navigates; JavaScript is off).
             while (driver.current_url, driver.page_source) == before and time.monotonic() < deadline:
                 time.sleep(0.1)
+        return str(driver.current_url)
 
     def body_text() -> str:
         try:

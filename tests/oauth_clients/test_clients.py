@@ -89,9 +89,13 @@ def test_matrix_js_sdk_in_chromium_refreshes_by_itself_and_logs_out(oauth_server
     assert out["metadata"]["issuer"] == base + "/"
     assert out["metadata"]["account_management_uri"], out
     assert out["client_id"] is True and out["state_echoed"] is True
-    # The sign-in page named the client that asked, as registered.
-    assert pages and "matrix-js-sdk test" in pages[0], pages
+    # Element Web's way: the code and state came in the fragment, not the query.
+    assert out["response_mode"] == "fragment" and out["code_in_query"] is False
+    # The sign-in page named the client that asked, as registered, the device, and where the
+    # browser goes next (dynamic registration makes phishing cheap).
     device = out["device_id"]
+    assert pages and "matrix-js-sdk test" in pages[0], pages
+    assert device in pages[0] and re.search(r"http://127\.0\.0\.1:\d+/callback", pages[0]), pages
     assert out["token"]["token_type"] == "Bearer" and out["token"]["refresh"] is True
     assert DEVICE_SCOPE.search(out["token"]["scope"]).group(1) == device  # type: ignore[union-attr]
     assert out["whoami"] == ["@bob:localhost", device]
