@@ -90,3 +90,9 @@ class OAuthStore(abc.ABC):
     async def delete_grant(self, grant: Grant) -> None:
         """Forget a grant (its refresh tokens stop being found)."""
 
+    @abc.abstractmethod
+    async def access_used(self, user: str, token_hash: str) -> bool | None:
+        """Whether the session of an access token was used since it was opened (its last-seen
+        time moved, or it ended), read afresh from the session store's own record (no
+        process's cache); None when there is no such session (never opened, expired, purged)."""
+

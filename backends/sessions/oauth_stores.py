@@ -12,10 +12,12 @@ from backends.sessions.sqlite_oauth import SqliteOAuthStore
 
 def create_oauth_store(sessions: SessionStore) -> OAuthStore:
     """The OAuth store on the session store's own connection."""
+    # The one place that knows the session stores' plumbing: the writer thread and its
+    # connection of the SQLite file, the connection and key layout of the Redis.
     if isinstance(sessions, SqliteSessionStore):
-        return SqliteOAuthStore(sessions)
+        return SqliteOAuthStore(sessions._write, sessions._conn)
     if isinstance(sessions, RedisSessionStore):
         from backends.sessions.redis_oauth import RedisOAuthStore
 
-        return RedisOAuthStore(sessions)
+        return RedisOAuthStore(sessions.connection, sessions.prefix, sessions.session_key)
     raise ValueError(f"no OAuth store for the session store {sessions.name!r}")

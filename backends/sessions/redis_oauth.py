@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any
 
-from backends.redis_connect import text
+from backends.redis_connect import RedisConnection, text
 from backends.sessions.oauth import RETIRED_REFRESH_TTL, Grant, OAuthStore
-from backends.sessions.redis import RedisSessionStore
 
 ADD_CODE = """
 redis.call('HSET', KEYS[1], 'record', ARGV[1], 'uses', 0)
@@ -49,9 +49,13 @@ def _ms(seconds: float) -> int:
 
 
 class RedisOAuthStore(OAuthStore):
-    def __init__(self, sessions: RedisSessionStore) -> None:
-        self.connection = sessions.connection
-        self.prefix = sessions.prefix + "oauth:"
+    """On the session store's connection and key prefix; `session_key(user, token digest)` names
+    a session's hash (for `access_used`)."""
+
+    def __init__(self, connection: RedisConnection, prefix: str, session_key: Callable[[str, str], str]) -> None:
+        self.connection = connection
+        self.prefix = prefix + "oauth:"
+        self.session_key = session_key
 
     def _device_key(self, user: str, device_id: str) -> str:
         digest = hashlib.sha256(json.dumps([user, device_id]).encode("utf-8", "surrogatepass")).hexdigest()
@@ -146,3 +150,13 @@ class RedisOAuthStore(OAuthStore):
             for digest in (grant.refresh_hash, grant.previous_hash):
                 if digest:
                     await client.delete(f"{self.prefix}refresh:{digest}")
+
+    async def access_used(self, user: str, token_hash: str) -> bool | None:
+        with self.connection.errors():
+            found = await self.connection.connect().hmget(
+                self.session_key(user, token_hash), ["user", "created_ts", "last_seen_ts", "ended_ts"]
+            )
+        owner, created, seen, ended = (text(v) if v is not None else None for v in found)
+        if owner != user or created is None or seen is None:
+            return None
+        return bool(ended) or int(seen) > int(created)

@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from backends.sessions.oauth import RETIRED_REFRESH_TTL, Grant, OAuthStore
-from backends.sessions.sqlite import SqliteSessionStore
 
 T = TypeVar("T")
 PURGE_EVERY = 600.0  # seconds between purges of expired rows, per process
@@ -54,8 +53,14 @@ def _ms(seconds: float = 0.0) -> int:
 
 
 class SqliteOAuthStore(OAuthStore):
-    def __init__(self, sessions: SqliteSessionStore) -> None:
-        self.sessions = sessions
+    """On the session file's plumbing: `write` runs a function on its writer thread (its
+    errors and timeout made StoreUnavailable), `conn` is that thread's connection."""
+
+    def __init__(
+        self, write: Callable[[Callable[[], Any]], Awaitable[Any]], conn: Callable[[], sqlite3.Connection]
+    ) -> None:
+        self._write = write
+        self._conn = conn
         self._ready = False
         self._last_purge = 0.0
 
@@ -63,7 +68,7 @@ class SqliteOAuthStore(OAuthStore):
         """`work` in one write transaction on the session store's writer thread."""
 
         def run() -> T:
-            conn = self.sessions._conn()
+            conn = self._conn()
             if not self._ready:
                 for statement in filter(str.strip, SCHEMA.split(";")):
                     conn.execute(statement)
@@ -78,7 +83,8 @@ class SqliteOAuthStore(OAuthStore):
             conn.execute("COMMIT")
             return result
 
-        return await self.sessions._write(run)
+        result: T = await self._write(run)
+        return result
 
     def _maybe_purge(self, conn: sqlite3.Connection) -> None:
         now = time.monotonic()
@@ -216,3 +222,15 @@ class SqliteOAuthStore(OAuthStore):
 
     async def delete_grant(self, grant: Grant) -> None:
         await self._run(lambda conn: self._delete(conn, grant.grant_id))
+
+    async def access_used(self, user: str, token_hash: str) -> bool | None:
+        def work() -> bool | None:
+            row = self._conn().execute(
+                "SELECT created_ts, last_seen_ts, ended_ts FROM sessions WHERE token_hash = ? AND user = ? "
+                "AND (expires_ts IS NULL OR expires_ts > ?)",
+                (token_hash, user, _ms()),
+            ).fetchone()
+            return None if row is None else row[2] is not None or row[1] > row[0]
+
+        result: bool | None = await self._write(work)
+        return result

@@ -39,6 +39,7 @@ def build_oauth(
         OAuthSettings(access_token_lifetime=section["access_token_lifetime"]),
         create_oauth_store(store),
         sessions=store,
+        buckets=store,
         users=users,
         devices=devices,
         credentials=credentials,

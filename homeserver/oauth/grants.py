@@ -40,6 +40,7 @@ logger = logging.getLogger(__name__)
 CODE_VERIFIER = re.compile(r"[A-Za-z0-9._~-]{43,128}")
 REFRESH_PREFIX = "mhr_"
 MAX_TOKEN = 4096
+DAY_MS = 86_400_000
 
 
 def _field(form: dict[str, str], name: str) -> str:
@@ -177,7 +178,9 @@ class TokenEndpoint:
         if not await oauth.store.rotate_grant(grant.refresh_hash, rotated, GRANT_IDLE):
             raise invalid_grant("the refresh token was used at the same time by another request")
         await oauth.sessions.open(oauth.access_session(access, user, grant.device_id, client_ip), None)
-        await oauth.store.touch_client(grant.client_id, GRANT_IDLE)
+        if rotated.rotated_ts // DAY_MS != grant.rotated_ts // DAY_MS:
+            # Kept while it has a session: extended by the first refresh of each day (one write less on the others).
+            await oauth.store.touch_client(grant.client_id, GRANT_IDLE)
         return self._answer(access, refresh, grant.scope)
 
     async def _still_good(self, grant: Grant) -> User:
@@ -201,13 +204,14 @@ class TokenEndpoint:
 
     async def _access_used(self, grant: Grant) -> bool:
         """Whether the newest access token was used (or has expired, when that cannot be told)."""
-        session = await self.oauth.sessions.get(grant.user, grant.access_hash)
-        if session is None:
+        used = await self.oauth.store.access_used(grant.user, grant.access_hash)
+        if used is None:
             return now_ms() >= grant.rotated_ts + self.oauth.lifetime * 1000
-        return session.ended_ts is not None or session.last_seen_ts > session.created_ts
+        return used
 
     async def _end(self, grant: Grant, reason: str, why: str) -> None:
-        logger.warning("oauth: session of %r on device %s ended: %s", grant.user, grant.device_id, why)
+        level = logging.INFO if reason == REVOKED and why.startswith("revoked") else logging.WARNING
+        logger.log(level, "oauth: session of %r on device %s ended: %s", grant.user, grant.device_id, why)
         await self.oauth.devices.end(grant.user, [grant.device_id], reason)
         await self.oauth.forget(grant)
 

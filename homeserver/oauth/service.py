@@ -16,7 +16,7 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from backends.base import User
 from backends.sessions.base import Session, SessionStore
@@ -60,6 +60,12 @@ def pkce_s256(verifier: str) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(verifier.encode("ascii")).digest()).rstrip(b"=").decode("ascii")
 
 
+class Buckets(Protocol):
+    """The shared rate-limit buckets of the session store (one GCRA step, as LoginLimits uses)."""
+
+    async def rate_limit(self, key: str, interval: float, capacity: float, *, take: bool = True) -> float: ...
+
+
 @dataclass(frozen=True)
 class OAuthSettings:
     access_token_lifetime: int
@@ -74,6 +80,7 @@ class OAuth:
         store: OAuthStore,
         *,
         sessions: SessionStore,
+        buckets: Buckets,
         users: Users,
         devices: Devices,
         credentials: Credentials,
@@ -84,6 +91,7 @@ class OAuth:
         self.settings = settings
         self.store = store
         self.sessions = sessions
+        self.buckets = buckets
         self.users = users
         self.devices = devices
         self.credentials = credentials
@@ -101,7 +109,7 @@ class OAuth:
     async def register(self, body: Any, client_ip: str) -> dict[str, Any]:
         """RFC 7591: the registered metadata with its client_id, kept in the store."""
         if self.rate_limited:
-            wait = await self.sessions.rate_limit(
+            wait = await self.buckets.rate_limit(
                 "oauth-register:" + client_ip, REGISTER_INTERVAL, REGISTER_BURST * REGISTER_INTERVAL
             )
             if wait > 0:

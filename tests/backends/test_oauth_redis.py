@@ -37,7 +37,7 @@ async def test_flow_retry_replay_and_revocation_on_redis(client, fetch, session_
     assert [d.device_id for d in await hs.devices.list_devices("alice")] == ["REDIS00001"]
     assert_json(await client.refresh(first["refresh_token"]))  # lost
     second = assert_json(await client.refresh(first["refresh_token"]))  # retried
-    await use(fetch, session_store, second["access_token"])
+    await use(fetch, hs, second["access_token"])
     invalid_grant(await client.refresh(first["refresh_token"]))  # a replay now: the session ends
     body = assert_error(await fetch(WHOAMI, token=second["access_token"]), 401, "M_UNKNOWN_TOKEN")
     assert body["soft_logout"] is False

@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
-from backends.sessions import create_session_store
+from backends.sessions import Session, create_session_store
 from backends.sessions.oauth import Grant
 from backends.sessions.oauth_stores import create_oauth_store
 from tests.backends.test_session_store import store_options
 
 
 @pytest.fixture(params=["sqlite", "redis"])
-def oauth_store(request, tmp_path, io_loop):
+def session_store(request, tmp_path, io_loop):
     sessions = create_session_store(request.param, store_options(request.param, tmp_path, request), config_dir=str(tmp_path))
     io_loop.run_sync(sessions.start)
-    yield create_oauth_store(sessions)
+    yield sessions
     io_loop.run_sync(sessions.close)
+
+
+@pytest.fixture
+def oauth_store(session_store):
+    return create_oauth_store(session_store)
 
 
 def grant(refresh: str = "r1", previous: str = "", grant_id: str = "g1", device: str = "D1", **kw) -> Grant:
@@ -88,3 +94,20 @@ async def test_a_client_with_a_grant_outlives_its_idle_time(oauth_store):
     await oauth_store.touch_client("c1", 60)  # what each use of a grant does
     await asyncio.sleep(0.15)
     assert await oauth_store.client("c1") is not None
+
+
+
+async def test_access_used_reads_the_session_record_afresh(oauth_store, session_store):
+    now = int(time.time() * 1000)
+    assert await oauth_store.access_used("alice", "a1") is None
+    await session_store.open(Session("a1", "alice", "D1", now, "10.0.0.1", now, expires_ts=now + 60_000), None)
+    assert await session_store.get("alice", "a1") is not None  # read (and kept, where a store keeps reads)
+    assert await oauth_store.access_used("alice", "a1") is False
+    assert await oauth_store.access_used("bob", "a1") is None
+    await session_store.touch("alice", "a1", "10.0.0.2", now + 5)
+    assert await oauth_store.access_used("alice", "a1") is True
+    await session_store.open(Session("a2", "alice", "D1", now, "10.0.0.1", now, expires_ts=now + 60_000), None)
+    await session_store.end("alice", "a2")
+    assert await oauth_store.access_used("alice", "a2") is True
+    await session_store.open(Session("old", "alice", "D1", now - 9000, "10.0.0.1", now - 9000, expires_ts=now - 1000), None)
+    assert await oauth_store.access_used("alice", "old") is None

@@ -20,12 +20,11 @@ def invalid_grant(resp) -> None:
     assert resp.status == 400 and resp.json["error"] == "invalid_grant", resp
 
 
-async def use(fetch, session_store, token: str) -> None:
+async def use(fetch, hs, token: str) -> None:
     """A request with the token, and its last-seen write done (it is made in the background)."""
     assert_json(await fetch(WHOAMI, token=token))
     for _ in range(100):
-        session = await session_store.get("alice", token_digest(token))
-        if session is not None and session.last_seen_ts > session.created_ts:
+        if await hs.oauth.store.access_used("alice", token_digest(token)):
             return
         await asyncio.sleep(0.01)
     raise AssertionError("the token's use was never recorded")
@@ -36,21 +35,21 @@ async def assert_ended(fetch, token: str) -> None:
     assert body["soft_logout"] is False
 
 
-async def test_a_lost_answer_is_retried_with_the_previous_refresh_token(client, fetch, session_store):
+async def test_a_lost_answer_is_retried_with_the_previous_refresh_token(client, fetch, hs):
     first = await client.login()
     lost = assert_json(await client.refresh(first["refresh_token"]))  # the client never sees this
     retried = assert_json(await client.refresh(first["refresh_token"]))
     assert retried["refresh_token"] != lost["refresh_token"]
-    await use(fetch, session_store, retried["access_token"])
+    await use(fetch, hs, retried["access_token"])
     await assert_ended(fetch, lost["access_token"])  # never used, replaced by the retry
     after = assert_json(await client.refresh(retried["refresh_token"]))
     assert_json(await fetch(WHOAMI, token=after["access_token"]))
 
 
-async def test_a_replay_after_the_new_access_token_was_used_ends_the_session(client, fetch, session_store):
+async def test_a_replay_after_the_new_access_token_was_used_ends_the_session(client, fetch, hs):
     first = await client.login()
     second = assert_json(await client.refresh(first["refresh_token"]))
-    await use(fetch, session_store, second["access_token"])
+    await use(fetch, hs, second["access_token"])
     invalid_grant(await client.refresh(first["refresh_token"]))
     await assert_ended(fetch, second["access_token"])
     invalid_grant(await client.refresh(second["refresh_token"]))
