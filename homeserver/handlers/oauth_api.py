@@ -4,14 +4,13 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import urllib.parse
 from typing import Any
 
 from homeserver.errors import MatrixError, StoreUnavailable, unrecognized
 from homeserver.handlers.body import BodyHandler
-from homeserver.jsonio import encode_json
+from homeserver.jsonio import decode_json_object, encode_json
 from homeserver.oauth import OAuth
 from homeserver.oauth.errors import INVALID_REQUEST, SERVER_ERROR, TEMPORARILY_UNAVAILABLE, OAuthError
 from homeserver.oauth.grants import TokenEndpoint
@@ -88,8 +87,10 @@ class RegistrationHandler(OAuthApiHandler):
     async def post(self) -> None:
         oauth = self.oauth()
         try:
-            body = json.loads(self.body_bytes() or b"null")
-        except ValueError:
+            body = decode_json_object(self.body_bytes())
+        except MatrixError as exc:
+            if exc.status >= 500 or exc.errcode == "M_TOO_LARGE":
+                raise
             raise OAuthError("invalid_client_metadata", "the body must be a JSON object") from None
         self.answer(await oauth.register(body, self.client_ip), 201)
 

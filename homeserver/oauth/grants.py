@@ -43,6 +43,11 @@ MAX_TOKEN = 4096
 DAY_MS = 86_400_000
 
 
+def _same(given: str, kept: str) -> bool:
+    """A constant-time comparison of any text (compare_digest takes only ASCII str)."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), kept.encode("utf-8", "surrogatepass"))
+
+
 def _field(form: dict[str, str], name: str) -> str:
     value = form.get(name, "")
     if not value:
@@ -94,13 +99,11 @@ class TokenEndpoint:
                 await oauth.devices.end(user_name, [device_id], REVOKED)
                 await oauth.forget(grant)
             raise invalid_grant("the code was used already")
-        if not hmac.compare_digest(client_id, record["client_id"]):
+        if not _same(client_id, record["client_id"]):
             raise invalid_grant("the code was issued to another client")
         if redirect_uri != record["redirect_uri"]:
             raise invalid_grant("redirect_uri differs from the authorization request's")
-        if not CODE_VERIFIER.fullmatch(verifier) or not hmac.compare_digest(
-            pkce_s256(verifier), record["code_challenge"]
-        ):
+        if not CODE_VERIFIER.fullmatch(verifier) or not _same(pkce_s256(verifier), record["code_challenge"]):
             raise invalid_grant("the code_verifier does not match the code_challenge")
         user = await oauth.users.get(user_name)
         if user is None:
@@ -155,7 +158,7 @@ class TokenEndpoint:
         if grant is None:
             raise invalid_grant("the refresh token is unknown or revoked")
         client_id = form.get("client_id")
-        if client_id and not hmac.compare_digest(client_id, grant.client_id):
+        if client_id and not _same(client_id, grant.client_id):
             raise invalid_grant("the refresh token was issued to another client")
         user = await self._still_good(grant)
         if digest == grant.previous_hash:

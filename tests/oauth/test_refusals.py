@@ -57,6 +57,14 @@ async def test_registration_refusals(client, overrides, error):
     oauth_error(resp, error)
 
 
+@pytest.mark.parametrize("body", [b"", b"[]", b"not json", b"[" * 100_000, b'{"redirect_uris": [1]}', b'{"client_name": 5}'])
+async def test_registration_of_malformed_bodies(client, body):
+    await client.discover()
+    resp = await client.fetch(client.path("registration_endpoint"), "POST", body=body, headers={"Content-Type": "application/json"})
+    assert resp.status in (400, 413), resp
+    assert resp.json["error"] in ("invalid_client_metadata", "invalid_redirect_uri", "invalid_request"), resp
+
+
 @pytest.mark.parametrize(
     "overrides",
     [
@@ -181,6 +189,9 @@ async def test_code_exchange_refusals(client):
     oauth_error(await client.token(grant_type="authorization_code", code=code, **other), "invalid_grant")
     code, _ = await client.code()
     oauth_error(await client.token(grant_type="authorization_code", code=code, redirect_uri=REDIRECT, client_id="SOMEONEELSE", code_verifier="v" * 43), "invalid_grant")
+    code, _ = await client.code()
+    oauth_error(await client.token(grant_type="authorization_code", code=code, redirect_uri=REDIRECT, client_id="ÄÖÜ", code_verifier="v" * 43), "invalid_grant")
+    oauth_error(await client.token(grant_type="refresh_token", refresh_token="é" * 10, client_id="ü"), "invalid_grant")
 
 
 async def test_a_lock_between_sign_in_and_exchange_is_invalid_grant(client, backend, users_path):
