@@ -321,3 +321,94 @@ def account_state(
     if synapse is not None:
         assert synapse.devices() == set()  # the reset deleted them at Synapse...
         assert all(synapse.whoami(token) == 401 for token in tokens)  # ...so it refuses the tokens at once
+
+
+# -- OAuth 2.0 rows (issue 26) ------------------------------------------------------------------
+# The code grant, refresh and revocation with a plain HTTP client (the sign-in form posted
+# with its hidden fields and cookies, tests/oauth_clients/flow.py) over each user store and
+# session store, with one and two worker processes: every pair of those settings once.
+OAUTH_FACTORS = {"backend": FACTORS["backend"], "sessions": FACTORS["sessions"], "processes": FACTORS["processes"]}
+OAUTH_MATRIX = [
+    ("file", "sqlite", 1),
+    ("file", "redis", 2),
+    ("redis", "sqlite", 2),
+    ("redis", "redis", 1),
+    ("ldap", "sqlite", 2),
+    ("ldap", "redis", 1),
+]
+
+
+def test_the_oauth_rows_cover_every_pair_of_settings() -> None:
+    names = list(OAUTH_FACTORS)
+    for (i, a), (j, b) in itertools.combinations(enumerate(names), 2):
+        seen = {(row[i], row[j]) for row in OAUTH_MATRIX}
+        assert seen == set(itertools.product(OAUTH_FACTORS[a], OAUTH_FACTORS[b])), f"{a} x {b}"
+
+
+@pytest.mark.parametrize(("backend", "sessions", "processes"), OAUTH_MATRIX)
+def test_oauth_code_grant_refresh_and_revocation_in_every_store(
+    tmp_path, request, redis_url, redis_client, backend: str, sessions: str, processes: int
+) -> None:
+    from tests.oauth_clients.flow import OAuthClient
+
+    prefix = f"matrix-{secrets.token_hex(4)}:"
+    slapd = request.getfixturevalue("slapd") if backend == "ldap" else None
+    if backend == "redis":
+        stored = record(NAME, PASSWORD, "bob-ident")
+        redis_client.hset(f"{prefix}user:{NAME}", mapping={"password": stored["password"], "ident": "bob-ident",
+                                                          "email": EMAIL})
+        redis_client.sadd(f"{prefix}email:{EMAIL}", NAME)
+    users = [*DEFAULT_USERS[:1], record(NAME, PASSWORD, "bob-ident", email=EMAIL)]
+    extra = users_section(backend, redis_url, prefix, slapd) + sessions_section(sessions, redis_url, prefix)
+    extra += "[oauth]\nenabled = true\n"
+    server = ServerProcess(tmp_path, processes, extra, users=users)
+    try:
+        base = f"http://127.0.0.1:{server.port}"
+        # Registered on one worker, known to all (the session store holds clients): each
+        # request below is a new connection, whichever worker takes it.
+        client = OAuthClient(base, client_name=f"matrix row {backend}/{sessions}/{processes}")
+        by_name = client.sign_in(NAME, PASSWORD, device_id="OAUTHNAME")
+        by_email = client.sign_in(EMAIL.upper(), PASSWORD, device_id="OAUTHMAIL")
+
+        def whoami(token: str) -> Response:
+            answer = client.whoami(token)
+            return Response(answer.status, answer.headers, answer.body)
+
+        def both_alive(first: str, second: str) -> None:
+            for token, device in ((first, "OAUTHNAME"), (second, "OAUTHMAIL")):
+                body = assert_json(whoami(token))
+                assert (body["user_id"], body["device_id"]) == (f"@{NAME}:localhost", device), body
+
+        every_worker(server, processes, lambda: both_alive(by_name.access_token, by_email.access_token))
+        devices = assert_json(server.fetch(f"{API}/devices", token=by_name.access_token))["devices"]
+        assert {"OAUTHNAME", "OAUTHMAIL"} <= {d["device_id"] for d in devices}
+
+        # Refresh: a new pair; the new access token works on every worker.
+        refreshed = client.refresh(by_name.refresh_token)
+        assert refreshed.refresh_token != by_name.refresh_token
+        assert refreshed.access_token != by_name.access_token
+        every_worker(server, processes, lambda: both_alive(refreshed.access_token, by_email.access_token))
+
+        # Revoking the refresh token ends that session everywhere; the other one lives.
+        assert client.revoke(refreshed.refresh_token, "refresh_token").status == 200
+
+        def revoked() -> None:
+            body = assert_error(whoami(refreshed.access_token), 401, "M_UNKNOWN_TOKEN")
+            assert body["soft_logout"] is False
+            assert_json(whoami(by_email.access_token))
+
+        every_worker(server, processes, revoked)
+        again = client.token(grant_type="refresh_token", refresh_token=refreshed.refresh_token)
+        assert again.status == 400 and again.json["error"] == "invalid_grant", again
+
+        if backend != "ldap":  # the shared test directory is read-only
+            # A password reset in the store: the next refresh reads the user and ends the session.
+            store = UserStore(backend, server, processes, redis_client, f"{prefix}user:{NAME}")
+            store.change(password=record(NAME, "a new password")["password"])
+            reset = client.token(grant_type="refresh_token", refresh_token=by_email.refresh_token)
+            assert reset.status == 400 and reset.json["error"] == "invalid_grant", reset
+            every_worker(server, processes, lambda: assert_error(whoami(by_email.access_token), 401, "M_UNKNOWN_TOKEN"))
+    finally:
+        server.stop()
+        for key in redis_client.scan_iter(f"{prefix}*"):
+            redis_client.delete(key)

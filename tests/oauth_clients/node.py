@@ -1,0 +1,182 @@
+"""OAuth clients from npm driven by node, and the person's part of their flows.
+
+The npm packages go into caches inside .venv (as tests/js_sdk.py does for matrix-js-sdk);
+the scripts of tests/js/ are copied beside them, named by their content. A script prints
+`{"authorize": URL, "user": NAME}` when a person must sign in, waits on its loopback
+listener for the browser to land there, and prints `{"result": {...}}` last. The person is
+either a plain HTTP client posting the sign-in form (tests/oauth_clients/flow.py) or a
+headless Chromium (tests/browser.py), filling the page as the contract describes it: one
+text or e-mail input for the name, one password input, the first submit button; a page
+after it goes on by its first submit button.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.helpers import ci
+from tests.js_sdk import install_js_sdk
+from tests.oauth_clients.flow import PageSession, request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OAUTH4WEBAPI_MAJOR = 3
+# (authorization URL, user) -> the URL the browser landed on (with its fragment, if any).
+SignIn = Callable[[str, str], str]
+
+
+def _missing(reason: str) -> None:
+    if ci():
+        pytest.fail(f"{reason} (CI is set: the OAuth client tests must run)")
+    pytest.skip(reason)
+
+
+def install_oauth4webapi() -> tuple[str, str]:
+    """(node, the cache folder holding node_modules/oauth4webapi)."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not node or not npm:
+        _missing("node and npm are not installed")
+    assert node is not None and npm is not None
+    cache = os.path.join(ROOT, ".venv", "js", f"oauth4webapi-{OAUTH4WEBAPI_MAJOR}")
+    if not os.path.isdir(os.path.join(cache, "node_modules", "oauth4webapi")):
+        os.makedirs(cache, exist_ok=True)
+        result = subprocess.run([npm, "install", "--silent", "--prefix", cache, f"oauth4webapi@{OAUTH4WEBAPI_MAJOR}"],
+                                capture_output=True, text=True, timeout=300)
+        if result.returncode != 0:
+            _missing(f"npm install oauth4webapi failed: {result.stderr[-300:]}")
+    return node, cache
+
+
+def script_in(cache: str, name: str) -> str:
+    """tests/js/<name> copied beside the cache's node_modules (so its imports resolve)."""
+    with open(os.path.join(ROOT, "tests", "js", name), "rb") as fh:
+        source = fh.read()
+    stem, ext = os.path.splitext(name)
+    path = os.path.join(cache, f"{stem}-{hashlib.sha256(source).hexdigest()[:12]}{ext}")
+    if not os.path.exists(path):
+        with open(path, "wb") as fh:
+            fh.write(source)
+    return path
+
+
+def oauth4webapi_script() -> tuple[str, str]:
+    node, cache = install_oauth4webapi()
+    return node, script_in(cache, "oauth4webapi_flow.mjs")
+
+
+def js_sdk_script() -> tuple[str, str]:
+    node, cache = install_js_sdk()
+    return node, script_in(cache, "oauth_js_sdk.mjs")
+
+
+def run_flow(node: str, script: str, args: list[str], sign_in: SignIn, timeout: float = 240) -> dict[str, Any]:
+    """Run a flow script; sign the people in as it asks; its result."""
+    proc = subprocess.Popen([node, script, *args], cwd=os.path.dirname(script), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    timer = threading.Timer(timeout, proc.kill)
+    timer.start()
+    result: dict[str, Any] | None = None
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if not line.startswith("{"):
+                continue
+            message = json.loads(line)
+            if "authorize" in message:
+                # The landed URL goes back on stdin: a fragment never reaches the listener.
+                assert proc.stdin is not None
+                proc.stdin.write(sign_in(message["authorize"], message["user"]) + "\n")
+                proc.stdin.flush()
+            elif "result" in message:
+                result = message["result"]
+        proc.wait(30)
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        stderr = proc.stderr.read() if proc.stderr else ""
+        if proc.stderr:
+            proc.stderr.close()
+        for stream in (proc.stdout, proc.stdin):
+            if stream:
+                stream.close()
+    assert result is not None, f"{os.path.basename(script)} ended ({proc.returncode}) without a result:\n{stderr[-3000:]}"
+    return result
+
+
+def redirect_of(url: str) -> str:
+    return dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))["redirect_uri"]
+
+
+def http_person(password_of: Callable[[str], str]) -> SignIn:
+    """The person as a plain HTTP client: the forms posted, the loopback redirect visited."""
+
+    def sign_in(url: str, user: str) -> str:
+        landed = PageSession().sign_in(url, user, password_of(user), redirect_of(url))
+        answer = request(landed.split("#", 1)[0])
+        assert answer.status == 200, answer
+        return landed
+
+    return sign_in
+
+
+def chromium_person(driver: Any, password_of: Callable[[str], str], pages: list[str] | None = None) -> SignIn:
+    """The person in headless Chromium (JavaScript off: the pages need none). `pages`
+    collects the text of every page seen, for the test to check what the person was shown."""
+    from selenium.webdriver.common.by import By
+
+    def first_submit(form: Any) -> Any:
+        buttons = form.find_elements(By.CSS_SELECTOR, "button, input[type=submit], input[type=image]")
+        submits = [b for b in buttons if b.tag_name != "button" or (b.get_attribute("type") or "submit") == "submit"]
+        assert submits, "a form without a submit button"
+        return submits[0]
+
+    def sign_in(url: str, user: str) -> str:
+        redirect = redirect_of(url)
+        # Another person's page session (a sign-in remembered) must not answer for this one.
+        driver.execute_cdp_cmd("Network.clearBrowserCookies", {})
+        driver.get(url)
+        signed = False
+        deadline = time.monotonic() + 60
+        while not driver.current_url.startswith(redirect):
+            assert time.monotonic() < deadline, f"never reached {redirect}; at {driver.current_url}:\n{body_text()}"
+            if pages is not None:
+                pages.append(body_text())
+            forms = driver.find_elements(By.TAG_NAME, "form")
+            assert forms, f"a page without a form at {driver.current_url}:\n{body_text()}"
+            form = forms[0]
+            if not signed:
+                passwords = driver.find_elements(By.CSS_SELECTOR, "form input[type=password]")
+                if passwords:
+                    form = passwords[0].find_element(By.XPATH, "./ancestor::form")
+                    names = form.find_elements(By.CSS_SELECTOR, "input[type=text], input[type=email], input:not([type])")
+                    assert len(names) == 1, f"{len(names)} name inputs on the sign-in form"
+                    names[0].clear()
+                    names[0].send_keys(user)
+                    passwords[0].send_keys(password_of(user))
+                    signed = True
+            before = driver.current_url, driver.page_source
+            first_submit(form).click()
+            # Wait for the next document (the click navigates; JavaScript is off).
+            while (driver.current_url, driver.page_source) == before and time.monotonic() < deadline:
+                time.sleep(0.1)
+        return str(driver.current_url)
+
+    def body_text() -> str:
+        try:
+            return str(driver.find_element(By.TAG_NAME, "body").text)[:2000]
+        except Exception:
+            return driver.page_source[:2000]
+
+    return sign_in
