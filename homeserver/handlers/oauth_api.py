@@ -8,7 +8,7 @@ import logging
 import urllib.parse
 from typing import Any
 
-from homeserver.errors import MatrixError, StoreUnavailable, unrecognized
+from homeserver.errors import M_TOO_LARGE, M_UNRECOGNIZED, MatrixError, StoreUnavailable, unrecognized
 from homeserver.handlers.body import BodyHandler
 from homeserver.jsonio import decode_json_object, encode_json
 from homeserver.oauth import OAuth
@@ -51,7 +51,7 @@ class OAuthApiHandler(BodyHandler):
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
-        if isinstance(exc, MatrixError) and exc.errcode == "M_UNRECOGNIZED":
+        if isinstance(exc, MatrixError) and exc.errcode == M_UNRECOGNIZED:
             super().write_error(status_code, **kwargs)  # OAuth off, or a method not taken
             return
         if isinstance(exc, OAuthError):
@@ -89,7 +89,7 @@ class RegistrationHandler(OAuthApiHandler):
         try:
             body = decode_json_object(self.body_bytes())
         except MatrixError as exc:
-            if exc.status >= 500 or exc.errcode == "M_TOO_LARGE":
+            if exc.status >= 500 or exc.errcode == M_TOO_LARGE:
                 raise
             raise OAuthError("invalid_client_metadata", "the body must be a JSON object") from None
         self.answer(await oauth.register(body, self.client_ip), 201)
