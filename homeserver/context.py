@@ -11,6 +11,7 @@ import backends.sessions
 from backends.base import StoreUnavailable, UserBackend
 from backends.sessions.base import SessionStore
 from backends.sessions.pages import PageSessions, page_sessions_for
+from homeserver.account_page import AccountPage
 from homeserver.auth import Auth
 from homeserver.config import Config
 from homeserver.credentials import Credentials
@@ -34,7 +35,7 @@ logger = logging.getLogger(__name__)
 @dataclass
 class HomeServer:
     """Config, the user store, sessions, tokens and auth, the password pool, documents, limits, metrics;
-    and the services the handlers call: auth, UIA, login, devices."""
+    and the services the handlers call: auth, UIA, login, devices, the account page."""
 
     config: Config
     backend: UserBackend
@@ -59,6 +60,7 @@ class HomeServer:
     uia: UserInteractiveAuth = field(init=False)
     login: LoginService = field(init=False)
     devices: Devices = field(init=False)
+    account_page: AccountPage = field(init=False)
 
     def __post_init__(self) -> None:
         self.users = Users(self.backend, self.metrics)
@@ -82,6 +84,14 @@ class HomeServer:
             metrics=self.metrics,
             credentials=self.credentials,
             delegation=self.delegation,
+        )
+        self.account_page = AccountPage(
+            users=self.users,
+            store=self.pages,
+            login=self.login,
+            credentials=self.credentials,
+            delegation=self.delegation,
+            server_name=self.server_name,
         )
 
         # A reloaded users file names the accounts that changed: their stale sessions end at once.

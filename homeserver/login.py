@@ -14,7 +14,7 @@ from homeserver.delegation.service import new_device_id
 from homeserver.errors import M_FORBIDDEN, M_LIMIT_EXCEEDED, M_UNKNOWN, M_USER_LOCKED, MatrixError, user_locked
 from homeserver.jsonio import decode_json_object
 from homeserver.login_request import LoginRequest, parse_login
-from homeserver.names import possible_name, user_id
+from homeserver.names import local_name, possible_name, user_id
 from homeserver.passwords import HashDecodeError, Overloaded, PasswordChecker
 from homeserver.ratelimit import LoginLimits
 from homeserver.sessions import REPLACED, Sessions
@@ -100,6 +100,22 @@ def login_outcome(error: BaseException | None) -> str:
     return "error"
 
 
+def _typed(request: LoginRequest) -> str:
+    """The name typed, for the audit line until the stored user is found. An address stays
+    out of it, and so does a name no account can have (over 255 bytes, control characters)."""
+    return request.user if request.email is None and possible_name(request.user) else ""
+
+
+def form_request(name: str, password: str, server_name: str) -> LoginRequest:
+    """A sign-in form's name and password as a login request (no device: it opens no session).
+
+    As Element does: text with an @ after its first character is an e-mail address; a full
+    user ID of this server is reduced to its name."""
+    if "@" in name[1:] and not name.startswith("@"):
+        return LoginRequest(user="", password=password, device_id="", email=name)
+    return LoginRequest(user=local_name(name, server_name), password=password, device_id="")
+
+
 class LoginService:
     """Password logins: the limits, rules 1-6, the session of the token, the metrics."""
 
@@ -139,14 +155,23 @@ class LoginService:
         self._audit(attempt, client_ip, None)
         return response
 
-    async def authenticate(self, request: LoginRequest, client_ip: str) -> User:
-        """The user a request's name (or address) and password prove, as a login would find
-        them, with the same limits and answers (a locked account's M_USER_LOCKED included);
-        no token and no session (the account page)."""
-        await self.limits.check_address(client_ip)
-        user, _ = await self._verify(request, issue=False)
-        if user.locked:
-            raise user_locked()
+    async def authenticate(self, name: str, password: str, client_ip: str, *, reason: str) -> User:
+        """The user a form's name (a name, a full user ID of this server, or an e-mail
+        address) and password prove, as a login finds them, with the same limits and answers
+        (a locked account's M_USER_LOCKED included); no token and no session (the account
+        page). Audited as a login is, with `reason` saying whose form it was."""
+        request = form_request(name, password, self.server_name)
+        attempt = {"typed": _typed(request), "via": reason}
+        try:
+            await self.limits.check_address(client_ip)
+            user, _ = await self._verify(request, issue=False)
+            attempt["user"] = user.name
+            if user.locked:
+                raise user_locked()
+        except Exception as exc:
+            self._audit(attempt, client_ip, exc)
+            raise
+        self._audit(attempt, client_ip, None)
         return user
 
     def _observe(self, error: BaseException | None) -> None:
@@ -177,10 +202,7 @@ class LoginService:
             request = parse_login(
                 decode_json_object(body), self.server_name, fresh, max_device_id=MAX_SYNAPSE_DEVICE_ID
             )
-        # An address stays out of the audit line's user (it names the stored user once found).
-        # A name no account can have (over 255 bytes, control characters) is left out too.
-        typed = request.user if request.email is None and possible_name(request.user) else ""
-        attempt.update(typed=typed, device=request.device_id)
+        attempt.update(typed=_typed(request), device=request.device_id)
         attempt["via"] = "password, by e-mail address" if request.email is not None else "password"
         user, token = await self._verify(request, issue=True)
         attempt["user"] = user.name

@@ -18,7 +18,7 @@ from tornado.web import HTTPError, RequestHandler
 from backends.base import User
 from homeserver import account_page as page
 from homeserver import audit, request_id
-from homeserver.account_page import PageError, PageSession, PageSignIns
+from homeserver.account_page import AccountPage, PageError, PageSession, page_error
 from homeserver.context import HomeServer
 from homeserver.errors import MatrixError, StoreUnavailable
 from homeserver.logs import scrub_uri
@@ -92,17 +92,14 @@ class PageHandler(RequestHandler):
     signed_out_why: str | None = None
     _client_ip: str | None = None
     _request_id: str | None = None
-    _sign_ins: PageSignIns | None = None
 
     @property
     def hs(self) -> HomeServer:
         return self.application.settings["homeserver"]
 
     @property
-    def sessions(self) -> PageSignIns:
-        if self._sign_ins is None:
-            self._sign_ins = PageSignIns(self.settings["cookie_secret"], self.hs)
-        return self._sign_ins
+    def account_page(self) -> AccountPage:
+        return self.hs.account_page
 
     @property
     def secure(self) -> bool:
@@ -171,7 +168,7 @@ class PageHandler(RequestHandler):
             self.check_xsrf_cookie()
         raw = self.get_signed_cookie(page.COOKIE, max_age_days=page.LIFETIME / 86400)
         cookie = PageSession.decode(raw.decode("utf-8", "replace")) if raw is not None else None
-        self.user, self.signed_out_why = await self.sessions.check(cookie)
+        self.user, self.signed_out_why = await self.account_page.check(cookie)
         if self.user is not None:
             self.session = cookie
         elif self.get_cookie(page.COOKIE):
@@ -189,7 +186,7 @@ class PageHandler(RequestHandler):
             "user_id": f"@{user.name}:{self.hs.server_name}" if user is not None else "",
             "server_name": self.hs.server_name,
             "session": self.session,
-            "expires": when(self.sessions.expires(self.session) * 1000) if self.session is not None else "",
+            "expires": when(self.account_page.expires(self.session) * 1000) if self.session is not None else "",
             "notice": None,
             "error": None,
             "page_url": page_url,
@@ -205,26 +202,21 @@ class PageHandler(RequestHandler):
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
-        message = "Something went wrong on the server. Try again later."
-        if isinstance(exc, PageError):
-            status_code, message = exc.status, exc.message
-            for name, value in exc.headers.items():
+        message = page.SERVER_FAULT
+        if isinstance(exc, HTTPError) or exc is None:
+            if status_code == 403 and isinstance(exc, HTTPError) and "xsrf" in (exc.log_message or "").lower():
+                message = "This form came from another site, or has expired. Reload the page and try again."
+            elif status_code == 404:
+                message = "There is no such page."
+            elif status_code == 405:
+                message = "This page does not answer that method."
+            elif 400 <= status_code < 500:
+                message = "The request could not be understood."
+        else:
+            said = page_error(exc)
+            status_code, message = said.status, said.message
+            for name, value in said.headers.items():
                 self.set_header(name, value)
-        elif isinstance(exc, StoreUnavailable):
-            status_code, message = 503, page.STORE_DOWN
-            self.set_header("Retry-After", "5")
-        elif isinstance(exc, MatrixError):
-            status_code, message = exc.status, exc.message
-            for name, value in exc.headers.items():
-                self.set_header(name, value)
-        elif isinstance(exc, HTTPError) and status_code == 403 and "xsrf" in (exc.log_message or "").lower():
-            message = "This form came from another site, or has expired. Reload the page and try again."
-        elif status_code == 404:
-            message = "There is no such page."
-        elif status_code == 405:
-            message = "This page does not answer that method."
-        elif 400 <= status_code < 500:
-            message = "The request could not be understood."
         self.clear_header("Location")
         try:
             self.render_page("error.html", status_code, message=message, title="Error")

@@ -416,7 +416,7 @@ def fake_synapse(hs, io_loop):
     server = HTTPServer(fake_synapse_app(calls))
     server.add_sockets([sock])
     delegation = FakeDelegation(f"http://127.0.0.1:{port}")
-    hs.delegation = delegation
+    hs.delegation = hs.account_page.delegation = delegation  # type: ignore[assignment]
     yield calls
     io_loop.run_sync(delegation.close)
     server.stop()
