@@ -73,7 +73,9 @@ class HomeServer:
         self.uia = UserInteractiveAuth(self.tokens.secret, self.users, self.checker, self.limits, self.server_name)
         self.pages = page_sessions_for(self.sessions.store)
         self.devices = Devices(self.sessions, self.uia, self.delegation, self.credentials, pages=self.pages)
-        self.auth = Auth(self.tokens, self.sessions, self.users, self.server_name, self.credentials, self.devices)
+        self.auth = Auth(
+            self.tokens, self.sessions, self.users, self.server_name, self.credentials, end_stale=self.devices.end_stale
+        )
         self.login = LoginService(
             users=self.users,
             tokens=self.tokens,

@@ -10,6 +10,8 @@ import asyncio
 import json
 import logging
 import random
+import secrets
+import string
 from typing import TYPE_CHECKING, Any
 
 from backends.base import StoreUnavailable, User
@@ -44,6 +46,15 @@ AUDIT_EVENTS = {LOGOUT_ALL: audit.LOGOUT, DEVICE_DELETED: audit.LOGOUT, REVOKED:
 
 # More device IDs than anyone has, in one request, is a mistake or an attack.
 MAX_DEVICES = 1000
+# With delegation: the device id of a login that names none (as MAS makes them), and the
+# longest one a client may name (Synapse refuses, 500, a token whose device id is longer).
+DEVICE_ID_LENGTH = 10
+MAX_SYNAPSE_DEVICE_ID = 255
+
+
+def new_device_id() -> str:
+    """A device id for a login that names none: 10 random letters A-Z, as MAS makes them."""
+    return "".join(secrets.choice(string.ascii_uppercase) for _ in range(DEVICE_ID_LENGTH))
 
 
 def device_body(device: Device) -> dict[str, Any]:
