@@ -1,8 +1,9 @@
 """The account page's base handler: HTML for people, not the JSON API.
 
-Pages do not inherit BaseHandler: no CORS, no JSON errors, but a strict
-Content-Security-Policy, Tornado's XSRF check on every form and the page's own signed
-cookie session (homeserver.account_page holds the logic). Also the page's stylesheet.
+Pages share the API's request plumbing (handlers.base.ServerHandler: in-flight tracking, the
+client's address, the request ID) but not BaseHandler: no CORS, no JSON errors, but a strict
+Content-Security-Policy, HTML error pages, Tornado's XSRF check on every form and the page's
+own signed cookie session (homeserver.account_page holds the logic). Also the page's stylesheet.
 """
 
 from __future__ import annotations
@@ -17,11 +18,9 @@ from tornado.web import HTTPError, RequestHandler
 
 from backends.base import User
 from homeserver import account_page as page
-from homeserver import audit, request_id
+from homeserver import audit
 from homeserver.account_page import AccountPage, PageError, PageSession, page_error
-from homeserver.context import HomeServer
-from homeserver.errors import MatrixError, StoreUnavailable
-from homeserver.logs import scrub_uri
+from homeserver.handlers.base import ServerHandler
 
 logger = logging.getLogger(__name__)
 
@@ -84,18 +83,13 @@ def page_url(action: str | None = None, **params: str | None) -> str:
     return page.PATH + ("?" + urlencode(pairs) if pairs else "")
 
 
-class PageHandler(RequestHandler):
+class PageHandler(ServerHandler):
     """HTML pages: security headers, HTML errors, XSRF on every POST, the page session loaded."""
 
+    expected_errors = (HTTPError, PageError)
     user: User | None = None
     session: PageSession | None = None
     signed_out_why: str | None = None
-    _client_ip: str | None = None
-    _request_id: str | None = None
-
-    @property
-    def hs(self) -> HomeServer:
-        return self.application.settings["homeserver"]
 
     @property
     def account_page(self) -> AccountPage:
@@ -105,37 +99,11 @@ class PageHandler(RequestHandler):
     def secure(self) -> bool:
         return str(self.hs.config.get("server", "base_url")).startswith("https://")
 
-    def initialize(self) -> None:
-        self.hs.inflight.add(self)
-
-    def on_finish(self) -> None:
-        self.hs.inflight.discard(self)
-
-    def on_connection_close(self) -> None:
-        super().on_connection_close()
-        self.hs.inflight.discard(self)
-
-    @property
-    def client_ip(self) -> str:
-        if self._client_ip is None:
-            self._client_ip = self.hs.client_address(self.request)
-        return self._client_ip
-
     def set_default_headers(self) -> None:
         self.set_header("Content-Type", HTML_TYPE)
         for name, value in SECURITY_HEADERS:
             self.set_header(name, value)
-        if self._request_id is None:
-            peer = self.request.remote_ip or ""
-            trusted = self.hs.client_address.is_trusted(peer) if self.hs.client_address.networks else False
-            self._request_id = request_id.choose(self.request.headers.get(request_id.HEADER), trusted)
-            request_id.begin(self._request_id)
-        self.set_header(request_id.HEADER, self._request_id)
-        if self.hs.inflight.draining:
-            self.set_header("Connection", "close")
-
-    def compute_etag(self) -> None:
-        return None
+        self.set_request_headers()
 
     def get_template_path(self) -> str:
         return TEMPLATES
@@ -223,15 +191,6 @@ class PageHandler(RequestHandler):
         except Exception:  # a template that cannot render must not hide the first error
             logger.exception("error page failed to render")
             self.finish(f"<!DOCTYPE html><title>Error</title><p>{status_code}</p>")
-
-    def log_exception(self, typ: Any, value: BaseException | None, tb: Any) -> None:
-        if isinstance(value, (PageError, HTTPError, MatrixError)):
-            return
-        if isinstance(value, StoreUnavailable):
-            logger.warning("%s unavailable: %s", value.store, value)
-            return
-        uri = scrub_uri(self.request.uri or "")
-        logger.error("uncaught exception in %s %s", self.request.method, uri, exc_info=(typ, value, tb))  # type: ignore[arg-type]
 
 
 class StylesheetHandler(RequestHandler):
