@@ -100,9 +100,16 @@ def cmd_list(args: argparse.Namespace) -> int:
     return _run(config, name, work)
 
 
+def ended_sentence(count: int, what: str) -> str:
+    """What `sessions revoke` did, as one sentence."""
+    if count == 0:
+        return f"No session of {what} was open: nothing ended."
+    return f"Ended {count} session{'' if count == 1 else 's'} of {what}."
+
+
 def cmd_revoke(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    # The revocation's audit line goes where the server's log goes (standard error).
+    # The revocation's audit line goes to the log, not the terminal (homeserver.logs).
     setup_cli_logging(config.get("logging", "level"), config.get("logging", "format"))
     audit.client_address.set("cli")
     server_name = config.get("server", "server_name")
@@ -122,9 +129,9 @@ def cmd_revoke(args: argparse.Namespace) -> int:
             if delegation is not None:
                 await delegation.close()
         what = f"{who}" if args.all else f"device {args.device} of {who}"
-        lines = [f"revoked {count} sessions of {what}"]
+        lines = [ended_sentence(count, what)]
         if pending:
-            lines.append("Synapse could not be told yet: the running server tells it as soon as it answers")
+            lines.append("Synapse could not be told yet: the running server tells it as soon as it answers.")
         return lines
 
     return _run(config, name, work)
