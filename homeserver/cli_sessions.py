@@ -1,4 +1,5 @@
-"""`run.py sessions list NAME` and `sessions revoke NAME --device ID | --all`, on a running server's store."""
+"""`run.py sessions list NAME` and `sessions revoke NAME --device ID | --all`, on a running server's store
+(`sessions adopt`: homeserver.cli_adopt)."""
 
 from __future__ import annotations
 
@@ -144,10 +145,12 @@ def _run(config: Config, name: str, work: Callable[[Sessions, str], Awaitable[li
     return 0
 
 
-def add_commands(command: Callable[[str, str], argparse.ArgumentParser]) -> None:
-    """Add `sessions list` and `sessions revoke` to the command line."""
+def add_commands(
+    command: Callable[[str, str], argparse.ArgumentParser],
+) -> argparse._SubParsersAction[argparse.ArgumentParser]:
+    """Add `sessions list` and `sessions revoke` to the command line; the `sessions` actions."""
     parser = command("sessions", "list or end a user's sessions (works on a running server's store)")
-    sub = parser.add_subparsers(title="actions", metavar="{list,revoke}", required=True)
+    sub = parser.add_subparsers(title="actions", metavar="{list,revoke,adopt}", required=True)
     ls = sub.add_parser("list", help="one line per device: device id, display name, last address, last seen (UTC)")
     ls.add_argument("name", help="account name or user ID")
     ls.add_argument("--config", default=argparse.SUPPRESS, help="TOML config file")
@@ -159,3 +162,4 @@ def add_commands(command: Callable[[str, str], argparse.ArgumentParser]) -> None
     which.add_argument("--device", help="the device whose sessions end")
     which.add_argument("--all", action="store_true", help="every session of the user")
     rv.set_defaults(func=cmd_revoke)
+    return sub  # more actions join it (homeserver.cli_adopt)
