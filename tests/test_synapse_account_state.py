@@ -52,11 +52,20 @@ def until(check, what: str, timeout: float = 15) -> None:
 
 def test_a_lock_and_an_unlock_reach_synapse(synapse_stack: DelegationStack) -> None:
     stack, name, password = synapse_stack, "lockable", "lockable-password"
-    add_user(stack, name, password)
+    used = add_user(stack, name, password)["access_token"]
+    assert stack.whoami(used)[0] == 200  # Synapse keeps this answer two minutes
+    status, unused = login(stack, name, password)  # a token Synapse has not seen yet
+    assert status == 200, unused
     assert at_synapse(stack, name)["locked"] is False
     assert stack.homeserver.run_py("lock", name).returncode == 0
     # The users file's reload names the account: Synapse is told at once.
     until(lambda: at_synapse(stack, name)["locked"] is True, "the lock at Synapse")
+    # What clients see (README, "Account state"): Synapse's MAS mode has no answer for
+    # "locked": a token it asks about now is unknown, for good; one it asked about before
+    # works until its two-minute cache runs out.
+    status, body = stack.whoami(unused["access_token"])
+    assert (status, body["errcode"], body["soft_logout"]) == (401, "M_UNKNOWN_TOKEN", False), body
+    assert stack.whoami(used)[0] == 200
     status, refused = login(stack, name, password)
     assert (status, refused["errcode"]) == (401, "M_USER_LOCKED"), refused
     assert stack.homeserver.run_py("unlock", name).returncode == 0
