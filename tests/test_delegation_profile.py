@@ -37,6 +37,8 @@ async def test_a_lock_and_an_unlock_reach_synapse_when_the_users_file_is_reloade
     set_locked(users_path, True)
     await hs.backend.reload()  # names alice as changed: Synapse is told at once
     await until(lambda: synapse.users["alice"]["locked"] is True, "the lock told to Synapse")
+    # The lock alone changed: only the lock is sent (the profile, and the rooms, stay as they are).
+    assert synapse.calls[-1] == ("provision_user", {"localpart": "alice", "locked": True})
     set_locked(users_path, False)
     await hs.backend.reload()
     await until(lambda: synapse.users["alice"]["locked"] is False, "the unlock told to Synapse")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -193,13 +194,23 @@ class Delegation:
 
     async def provision_if_changed(self, user: User) -> None:
         """Tell Synapse the user's profile and lock when they changed since it was last told
-        (the sweep, a users-file reload); a failure is logged and left to the next time."""
+        (the sweep, a users-file reload); a failure is logged and left to the next time.
+
+        Not under the user's lock: an end of sessions must not wait for it (provisioning twice
+        is harmless). A change of the lock alone sends only the lock: the profile (and the
+        rooms' member events) stay untouched at Synapse."""
         try:
-            async with self._locks.hold(user.name):
-                told = await self.sessions.store.provisioned(user.name)
-                # Never told (never logged in since delegation): their first login provisions.
-                if told is not None and told != profile_digest(user):
-                    await self._provision(user)
+            told = await self.sessions.store.provisioned(user.name)
+            digest = profile_digest(user)
+            # Never told (never logged in since delegation): their first login provisions.
+            if told is None or told == digest:
+                return
+            if told == profile_digest(dataclasses.replace(user, locked=not user.locked)):
+                await self.client.set_locked(user.name, user.locked)
+                await self.sessions.store.set_provisioned(user.name, digest)
+                logger.info("delegation: %s %r at Synapse", "locked" if user.locked else "unlocked", user.name)
+            else:
+                await self._provision(user, digest)
         except (SynapseError, StoreUnavailable) as exc:
             logger.warning("delegation: %r not updated at Synapse yet: %s", user.name, exc)
 
@@ -209,10 +220,8 @@ class Delegation:
             user.name, display_name=display, avatar_url=avatar, emails=emails, locked=user.locked
         )
         await self.sessions.store.set_provisioned(user.name, digest or profile_digest(user))
-        logger.info(
-            "delegation: %s %r at Synapse%s", "created" if created else "updated", user.name,
-            " (locked)" if user.locked else "",
-        )
+        logger.info("delegation: %s %r at Synapse%s", "created" if created else "updated", user.name,
+                    " (locked)" if user.locked else "")
         return created
 
     async def check_server_name(self, localpart: str) -> None:

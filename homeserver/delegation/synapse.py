@@ -112,6 +112,10 @@ class SynapseClient:
         status, _ = await self._call("POST", "provision_user", body)
         return status == 201
 
+    async def set_locked(self, localpart: str, locked: bool) -> None:
+        """Only the user's lock (`provision_user` with nothing else: the profile stays)."""
+        await self._call("POST", "provision_user", {"localpart": localpart, "locked": locked})
+
     async def upsert_device(self, localpart: str, device_id: str, display_name: str | None) -> bool:
         """Create the device or keep it (its keys stay); True when created (201)."""
         body: dict[str, Any] = {"localpart": localpart, "device_id": device_id}
