@@ -224,6 +224,8 @@ class Devices:
                 # Sessions of a replaced account or a changed password end at their next
                 # request anyway; the sweep ends (and with delegation deletes) unused ones too.
                 stale += await self.end_stale(user)
+                if self.delegation is not None:  # a lock or a profile changed since Synapse was told
+                    await self.delegation.provision_if_changed(user)
         self._missing = missing
         if ended:
             logger.info("ended %d sessions of users removed from the user store", ended)
@@ -238,9 +240,11 @@ class Devices:
         count ended."""
         ended = 0
         for name, fields in changes.items():
+            user = await users.get(name)
+            if user is not None and "locked" in fields and self.delegation is not None:
+                await self.delegation.provision_if_changed(user)  # Synapse is told the lock
             if "password" not in fields and "ident" not in fields:
                 continue  # a lock: the sessions stay
-            user = await users.get(name)
             if user is not None:
                 ended += await self.end_stale(user, PASSWORD_CHANGED if "password" in fields else ACCOUNT_REPLACED)
         return ended

@@ -303,16 +303,18 @@ async def test_each_login_gets_its_own_device_and_synapse_has_it_first(fetch, lo
     second = await login()
     assert DEVICE_ID.fullmatch(first["device_id"]) and DEVICE_ID.fullmatch(second["device_id"])
     assert first["device_id"] != second["device_id"]
-    # Synapse's server_name is read once per process, on the first login.
-    assert synapse.names() == ["provision_user", "upsert_device", "query_user", "upsert_device"]
+    # Synapse's server_name is read once per process, on the first login; a later login
+    # reads Synapse's profile of the user (to put back one changed there).
+    assert synapse.names() == ["provision_user", "upsert_device", "query_user", "query_user", "upsert_device"]
     assert synapse.calls[0][1] == {
         "localpart": "alice",
         "set_displayname": "Alice [alice]",
         "set_avatar_url": "mxc://localhost/alice",
         "unset_emails": True,
+        "locked": False,
     }
     assert synapse.calls[1][1] == {"localpart": "alice", "device_id": first["device_id"], "display_name": "Alice's phone"}
-    assert synapse.calls[3][1] == {"localpart": "alice", "device_id": second["device_id"]}
+    assert synapse.calls[4][1] == {"localpart": "alice", "device_id": second["device_id"]}
     assert synapse.devices["alice"] == {first["device_id"]: "Alice's phone", second["device_id"]: None}
 
 
@@ -335,6 +337,7 @@ async def test_provisioned_again_only_when_the_profile_changed(login, synapse, h
         "set_displayname": "Alice Liddell [alice]",
         "set_avatar_url": "mxc://localhost/alice",
         "set_emails": ["alice@example.org"],
+        "locked": False,
     }
     await login()
     assert synapse.names().count("provision_user") == 2
@@ -345,7 +348,8 @@ async def test_a_user_synapse_lost_is_provisioned_again(login, synapse):
     synapse.users.clear()
     synapse.devices.clear()
     body = await login()
-    assert synapse.names()[-3:] == ["upsert_device", "provision_user", "upsert_device"]
+    # The login reads Synapse's profile, finds no user, and provisions before the device.
+    assert synapse.names()[-3:] == ["query_user", "provision_user", "upsert_device"]
     assert body["device_id"] in synapse.devices["alice"]
 
 
@@ -605,16 +609,16 @@ async def test_cli_revoke_reaches_synapse(tmp_path, synapse, login, session_stor
     phone = (await login(device_id="PHONE"))["device_id"]
     await login(device_id="DESK")
     code, out, err = await run_py(tmp_path, synapse, users_path, "sessions", "revoke", "alice", "--device", phone)
-    assert (code, out) == (0, "revoked 1 sessions of device PHONE of @alice:localhost\n")
-    # Standard error holds the revocation's audit line, nothing else.
+    assert (code, out) == (0, "Ended 1 session of device PHONE of @alice:localhost.\n")
+    # Not at a terminal, standard error holds the revocation's audit line, nothing else.
     assert err.count("\n") == 1 and 'audit revoke user="alice" device="PHONE" client="cli"' in err, err
     assert synapse.calls[-1] == ("delete_device", {"localpart": "alice", "device_id": "PHONE"})
     await synapse.stop()
     code, out, err = await run_py(tmp_path, synapse, users_path, "sessions", "revoke", "alice", "--all")
     assert code == 0, err
     assert out.splitlines() == [
-        "revoked 1 sessions of @alice:localhost",
-        "Synapse could not be told yet: the running server tells it as soon as it answers",
+        "Ended 1 session of @alice:localhost.",
+        "Synapse could not be told yet: the running server tells it as soon as it answers.",
     ]
     assert set(await session_store.resyncs()) == {"alice"}
 
@@ -627,25 +631,31 @@ async def test_cli_delegation_sync(tmp_path, synapse, login, session_store, user
     code, out, err = await run_py(tmp_path, synapse, users_path, "delegation", "sync")
     assert code == 0, err
     assert out.splitlines() == [
-        "@alice:localhost: created at Synapse; devices PHONE",
-        "@bob:localhost: created at Synapse; devices DESK",
+        "@alice:localhost: created at Synapse; devices with a session here: PHONE",
+        "@bob:localhost: created at Synapse; devices with a session here: DESK",
+        "Synapse has the users and devices of the sessions here: 2 users (2 created).",
     ]
     assert synapse.devices["alice"] == {"PHONE": None} and synapse.devices["bob"] == {"DESK": None}
     assert a["device_id"] == "PHONE"
-    # Again: nothing new, the same devices; a user with only a pending resync is synced too.
+    # Again: alice unchanged, bob renamed at Synapse (put back); a user with only a pending
+    # resync is synced too.
     await session_store.mark_resync("carol", 1)
+    synapse.users["bob"]["displayname"] = "Bobby"
     code, out, err = await run_py(tmp_path, synapse, users_path, "delegation", "sync")
     assert code == 0, err
     assert out.splitlines() == [
-        "@alice:localhost: updated at Synapse; devices PHONE",
-        "@bob:localhost: updated at Synapse; devices DESK",
-        "@carol:localhost: not in the user store; devices none",
+        "@alice:localhost: unchanged at Synapse; devices with a session here: PHONE",
+        "@bob:localhost: updated at Synapse; devices with a session here: DESK",
+        "@carol:localhost: not in the user store; devices with a session here: none",
+        "Synapse has the users and devices of the sessions here: 3 users (1 updated, 1 unchanged, "
+        "1 not in the user store).",
     ]
+    assert synapse.users["bob"]["displayname"] == "bob-ident"
     assert await session_store.resyncs() == {}
     # Synapse away: one line, exit 1.
     await synapse.stop()
     code, out, err = await run_py(tmp_path, synapse, users_path, "delegation", "sync")
-    assert code == 1 and err.startswith("homeserver: error: Synapse did not take it: provision_user: ") and err.count("\n") == 1, err
+    assert code == 1 and err.startswith("homeserver: error: Synapse did not take it: query_user: ") and err.count("\n") == 1, err
 
 
 def test_a_server_starts_before_synapse_and_says_so(start):

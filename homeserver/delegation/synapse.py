@@ -87,8 +87,13 @@ class SynapseClient:
         display_name: str | None,
         avatar_url: str | None,
         emails: list[str],
+        locked: bool | None = None,
     ) -> bool:
-        """Create the user or update its profile; True when created (201)."""
+        """Create the user or update its profile (and its lock, unless None); True when created (201).
+
+        Synapse keeps `locked` to leave the user out of its user directory; under delegation
+        it refuses no token for it (introspection does).
+        """
         body: dict[str, Any] = {"localpart": localpart}
         if display_name:
             body["set_displayname"] = display_name
@@ -102,8 +107,14 @@ class SynapseClient:
             body["set_emails"] = emails
         else:
             body["unset_emails"] = True
+        if locked is not None:
+            body["locked"] = locked
         status, _ = await self._call("POST", "provision_user", body)
         return status == 201
+
+    async def set_locked(self, localpart: str, locked: bool) -> None:
+        """Only the user's lock (`provision_user` with nothing else: the profile stays)."""
+        await self._call("POST", "provision_user", {"localpart": localpart, "locked": locked})
 
     async def upsert_device(self, localpart: str, device_id: str, display_name: str | None) -> bool:
         """Create the device or keep it (its keys stay); True when created (201)."""
