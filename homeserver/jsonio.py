@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from homeserver.errors import MatrixError
+from homeserver.errors import M_BAD_JSON, M_NOT_JSON, MatrixError
 
 # json.dumps with these arguments builds a new encoder on every call; this one is made once.
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
@@ -38,7 +38,7 @@ def decode_json_object(body: bytes) -> dict[str, Any]:
     try:
         value = json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
     except (UnicodeDecodeError, ValueError, RecursionError):
-        raise MatrixError(400, "M_NOT_JSON", "Content not JSON.") from None
+        raise MatrixError(400, M_NOT_JSON, "Content not JSON.") from None
     if not isinstance(value, dict):
-        raise MatrixError(400, "M_BAD_JSON", "Content must be a JSON object.")
+        raise MatrixError(400, M_BAD_JSON, "Content must be a JSON object.")
     return value

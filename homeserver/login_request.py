@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from homeserver.errors import MatrixError, invalid_param, missing_param
+from homeserver.errors import M_UNKNOWN, MatrixError, invalid_param, missing_param
 from homeserver.names import local_name
 
 LOGIN_TYPE = "m.login.password"
@@ -38,7 +38,7 @@ def _third_party(holder: dict[str, Any], where: str) -> str:
     if medium is None:
         raise missing_param(f"{where}medium")
     if medium != "email":
-        raise MatrixError(400, "M_UNKNOWN", f"Login with medium {medium!r} is not supported; only email is.")
+        raise MatrixError(400, M_UNKNOWN, f"Login with medium {medium!r} is not supported; only email is.")
     if address is None:
         raise missing_param(f"{where}address")
     return address
@@ -57,7 +57,7 @@ def parse_login(
     """
     login_type = _string(body, "type")
     if login_type is not None and login_type != LOGIN_TYPE:
-        raise MatrixError(400, "M_UNKNOWN", "Bad login type.")
+        raise MatrixError(400, M_UNKNOWN, "Bad login type.")
 
     user, email = "", None
     identifier = body.get("identifier")
@@ -69,7 +69,7 @@ def parse_login(
             email = _third_party(identifier, "identifier.")
         elif id_type is not None and id_type != "m.id.user":
             raise MatrixError(
-                400, "M_UNKNOWN", f"Unknown identifier type {id_type!r}; m.id.user and m.id.thirdparty are supported."
+                400, M_UNKNOWN, f"Unknown identifier type {id_type!r}; m.id.user and m.id.thirdparty are supported."
             )
         else:
             name = _string(identifier, "user", "identifier.user")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from backends.base import User
-from homeserver.errors import MatrixError
+from homeserver.errors import M_NOT_FOUND, MatrixError
 from homeserver.names import MAX_USER_ID_BYTES
 from homeserver.users import Users
 
@@ -28,7 +28,7 @@ async def get_profile(users: Users, user_id: str) -> dict[str, str]:
     if len(user_id.encode("utf-8", "surrogatepass")) <= MAX_USER_ID_BYTES:
         user = await users.get(profile_name(user_id))  # rule 2
     if user is None:
-        raise MatrixError(404, "M_NOT_FOUND", "Profile not found")
+        raise MatrixError(404, M_NOT_FOUND, "Profile not found")
     return profile_body(user)
 
 
@@ -36,5 +36,5 @@ async def get_profile_field(users: Users, user_id: str, field: str) -> dict[str,
     """One field of the profile, as clients read it with GET /profile/{userId}/{field}."""
     body = await get_profile(users, user_id)
     if field not in body:
-        raise MatrixError(404, "M_NOT_FOUND", f"Profile has no {field}")
+        raise MatrixError(404, M_NOT_FOUND, f"Profile has no {field}")
     return {field: body[field]}

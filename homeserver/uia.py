@@ -9,7 +9,7 @@ import json
 import time
 from typing import Any
 
-from homeserver.errors import MatrixError, invalid_param, missing_param
+from homeserver.errors import M_FORBIDDEN, M_UNKNOWN, M_UNRECOGNIZED, MatrixError, invalid_param, missing_param
 from homeserver.names import local_name
 from homeserver.passwords import PasswordChecker, check_password
 from homeserver.ratelimit import LoginLimits
@@ -107,12 +107,12 @@ class UserInteractiveAuth:
         elif not isinstance(session, str):
             raise invalid_param("auth.session", "a string")
         elif not self._session_ok(session, user, operation):
-            raise MatrixError(400, "M_UNKNOWN", "Unknown or expired session ID, or the operation changed")
+            raise MatrixError(400, M_UNKNOWN, "Unknown or expired session ID, or the operation changed")
         if auth.get("type") != PASSWORD_STAGE:
-            raise self._failed(session, "M_UNRECOGNIZED", f"Only {PASSWORD_STAGE} is supported")
+            raise self._failed(session, M_UNRECOGNIZED, f"Only {PASSWORD_STAGE} is supported")
         named = self._named_user(auth)
         if named is not None and named != user and named.casefold() != user.casefold():
-            raise MatrixError(403, "M_FORBIDDEN", "Invalid auth: not the user of this access token")
+            raise MatrixError(403, M_FORBIDDEN, "Invalid auth: not the user of this access token")
         password = auth.get("password")
         if password is None:
             raise missing_param("auth.password")
@@ -122,7 +122,7 @@ class UserInteractiveAuth:
         await self.limits.check_failures(user)
         if not await check_password(self.users, self.checker, requester.user, password):
             await self.limits.record_failure(user)
-            raise self._failed(session, "M_FORBIDDEN", "Invalid password")
+            raise self._failed(session, M_FORBIDDEN, "Invalid password")
 
     def _named_user(self, auth: dict[str, Any]) -> str | None:
         identifier = auth.get("identifier")

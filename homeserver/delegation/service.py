@@ -35,7 +35,7 @@ from backends.base import StoreUnavailable, User, canonical_email
 from homeserver.delegation.locks import KeyedLocks
 from homeserver.delegation.settings import DelegationSettings
 from homeserver.delegation.synapse import SynapseClient, SynapseError, SynapseNotFound, SynapseUnreachable
-from homeserver.errors import M_UNKNOWN, MatrixError
+from homeserver.errors import M_INVALID_USERNAME, M_UNKNOWN, M_UNRECOGNIZED, MatrixError
 from homeserver.profile import profile_body
 from homeserver.sessions import Sessions
 
@@ -155,7 +155,7 @@ class Delegation:
                     # Once per process, on the first login: Synapse's user ID shows its server_name.
                     await self.check_server_name(user.name)
             except SynapseError as exc:
-                if exc.errcode == "M_INVALID_USERNAME":
+                if exc.errcode == M_INVALID_USERNAME:
                     logger.error(
                         "delegation: Synapse refuses the user name %r (%s): Matrix user names are lower-case "
                         "a-z, 0-9 and ._=-/+ (with LDAP, see backend.ldap.lowercase_user_ids)",
@@ -331,7 +331,7 @@ class Delegation:
                 except SynapseUnreachable:
                     break  # the others would fail alike: next round
                 except SynapseError as exc:
-                    if exc.status in (401, 403, 405) or exc.errcode == "M_UNRECOGNIZED":
+                    if exc.status in (401, 403, 405) or exc.errcode == M_UNRECOGNIZED:
                         break  # a wrong secret, no API (said once by the client): the others alike
                     if self._refusals.get(user) != str(exc):  # said once, not at every round
                         self._refusals[user] = str(exc)

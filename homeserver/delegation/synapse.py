@@ -19,6 +19,8 @@ from typing import Any
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest, HTTPResponse
 
+from homeserver.errors import M_NOT_FOUND
+
 logger = logging.getLogger(__name__)
 
 MAX_ANSWER_BYTES = 1 << 20
@@ -200,10 +202,10 @@ class SynapseClient:
         text = f"{name}: {response.code} {errcode or ''} {error or _reason(response)}".replace("  ", " ")
         if response.code in (401, 403):
             raise self._problem_seen(SynapseRefused(text, response.code, errcode), secret=True)
-        if response.code == 404 and errcode == "M_NOT_FOUND":
+        if response.code == 404 and errcode == M_NOT_FOUND:
             self._healthy()
             raise SynapseNotFound(text, 404, errcode)
-        if response.code in (404, 405) and errcode != "M_NOT_FOUND":
+        if response.code in (404, 405) and errcode != M_NOT_FOUND:
             raise self._problem_seen(SynapseRefused(text, response.code, errcode), api=True)
         raise SynapseRefused(text, response.code, str(errcode) if errcode else None)
 
