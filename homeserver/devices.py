@@ -143,7 +143,7 @@ class Devices:
         """POST /logout: end the session of the token used (other sessions of its device stay)."""
         await self.sessions.end(session, LOGOUT)
         if self.delegation is not None:
-            await self.delegation.devices_ended(session.user, [session.device_id])
+            await self.delegation.sync_devices(session.user)
         audit.audit(audit.LOGOUT, user=session.user, device=session.device_id, reason=LOGOUT)
 
     async def logout_all(self, user: str) -> int:
@@ -179,7 +179,7 @@ class Devices:
             audit.audit(audit.SESSIONS_ENDED, user=user.name, device=",".join(devices), reason=reason, count=len(ended))
             if self.delegation is not None:
                 # Their devices are deleted at Synapse (unless another session of one is open).
-                await self.delegation.devices_ended(user.name, devices)
+                await self.delegation.sync_devices(user.name)
         return len(ended)
 
     async def end(self, user: str, device_ids: list[str] | None, reason: str) -> int:
@@ -199,7 +199,7 @@ class Devices:
             count=count,
         )
         if self.delegation is not None:
-            await self.delegation.devices_ended(user, device_ids)
+            await self.delegation.sync_devices(user)
         return count
 
     # -- upkeep -------------------------------------------------------------------

@@ -440,7 +440,9 @@ async def test_logout_deletes_the_device_at_synapse(fetch, login, synapse):
     resp = await fetch(LOGOUT, "POST", token=body["access_token"])
     assert assert_json(resp) == {}
     validate(resp, "logout.yaml", "/logout", "POST")
-    assert synapse.calls[-1] == ("delete_device", {"localpart": "alice", "device_id": body["device_id"]})
+    # Every end reaches Synapse one way: the devices still open here, synced (as MAS's SyncDevicesJob).
+    assert synapse.calls[-1] == ("sync_devices", {"localpart": "alice", "devices": [keep["device_id"]]})
+    assert "delete_device" not in synapse.names()
     assert list(synapse.devices["alice"]) == [keep["device_id"]]
 
 
@@ -458,7 +460,7 @@ async def test_device_deletion_reaches_synapse(fetch, login, synapse):
     auth = {"type": "m.login.password", "identifier": {"type": "m.id.user", "user": "alice"}, "password": "wonderland"}
     resp = await fetch(f"{DEVICES}/{one}", "DELETE", token=main["access_token"], json_body={"auth": auth})
     assert resp.status == 200, resp
-    assert synapse.calls[-1] == ("delete_device", {"localpart": "alice", "device_id": one})
+    assert synapse.calls[-1] == ("sync_devices", {"localpart": "alice", "devices": sorted([main["device_id"], two, three])})
     resp = await fetch(
         "/_matrix/client/v3/delete_devices", "POST", token=main["access_token"], json_body={"devices": [two, three], "auth": auth}
     )
@@ -485,9 +487,9 @@ async def test_rename_reaches_synapse_first(fetch, login, synapse):
 
 async def test_revoke_and_the_sweep_reach_synapse(login, synapse, hs, users_path):
     one = await login()
-    await login()
+    two = await login()
     await hs.devices.revoke("alice", [one["device_id"]])
-    assert synapse.calls[-1] == ("delete_device", {"localpart": "alice", "device_id": one["device_id"]})
+    assert synapse.calls[-1] == ("sync_devices", {"localpart": "alice", "devices": [two["device_id"]]})
     await hs.devices.revoke("alice", None)
     assert synapse.calls[-1] == ("sync_devices", {"localpart": "alice", "devices": []})
     await login("bob", "builder")
@@ -612,7 +614,7 @@ async def test_cli_revoke_reaches_synapse(tmp_path, synapse, login, session_stor
     assert (code, out) == (0, "Ended 1 session of device PHONE of @alice:localhost.\n")
     # Not at a terminal, standard error holds the revocation's audit line, nothing else.
     assert err.count("\n") == 1 and 'audit revoke user="alice" device="PHONE" client="cli"' in err, err
-    assert synapse.calls[-1] == ("delete_device", {"localpart": "alice", "device_id": "PHONE"})
+    assert synapse.calls[-1] == ("sync_devices", {"localpart": "alice", "devices": ["DESK"]})
     await synapse.stop()
     code, out, err = await run_py(tmp_path, synapse, users_path, "sessions", "revoke", "alice", "--all")
     assert code == 0, err
@@ -684,6 +686,57 @@ async def test_resync_refused_is_said_once_and_kept(login, synapse, hs, session_
     assert await session_store.resyncs() == {}
 
 
+@pytest.mark.parametrize(
+    ("mode", "localpart", "refusal"),
+    [
+        ("wrong_secret", "alice", "SynapseMisconfigured"),
+        ("no_api", "alice", "SynapseMisconfigured"),
+        ("ok", "Carol", "SynapseBadName"),
+        ("error", "alice", "SynapseUnreachable"),
+        ("garbage", "alice", "SynapseUnreachable"),
+    ],
+)
+async def test_synapse_refusals_are_classified_once_as_types(synapse, mode, localpart, refusal):
+    """The client says what a refusal is by its type (callers test no status or errcode)."""
+    from homeserver import delegation
+
+    client = delegation.SynapseClient(synapse.url, SECRET, timeout=2.0)
+    synapse.mode = mode
+    try:
+        with pytest.raises(delegation.SynapseError) as caught:
+            await client.provision_user(localpart, display_name=None, avatar_url=None, emails=[])
+        assert type(caught.value) is getattr(delegation, refusal)
+        assert isinstance(caught.value, delegation.SynapseRefused) == (refusal not in ("SynapseUnreachable",))
+        synapse.mode = "ok"
+        with pytest.raises(delegation.SynapseNotFound):
+            await client.query_user("nobody")
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("mode", ["no_api", "wrong_secret"])
+async def test_a_resync_round_stops_at_a_misconfigured_synapse(login, synapse, hs, session_store, monkeypatch, mode):
+    """Every marked user would fail alike: the round asks Synapse once, then waits."""
+    await login()
+    await login("bob", "builder")
+    await session_store.mark_resync("alice", 7)
+    await session_store.mark_resync("bob", 7)
+    asked: list[str] = []
+    sync = hs.delegation.client.sync_devices
+
+    async def counted(localpart: str, device_ids: list[str]) -> None:
+        asked.append(localpart)
+        await sync(localpart, device_ids)
+
+    monkeypatch.setattr(hs.delegation.client, "sync_devices", counted)
+    synapse.mode = mode
+    assert await hs.delegation.resync_pending() == (0, 2)
+    assert asked == ["alice"]
+    synapse.mode = "ok"
+    assert await hs.delegation.resync_pending() == (2, 0)
+    assert asked == ["alice", "alice", "bob"]
+
+
 @pytest.fixture
 def metrics_on(config_overrides):
     return {**config_overrides, "metrics": {"enabled": True}}
@@ -701,8 +754,9 @@ async def test_synapse_calls_are_counted(make_config, metrics_on, backend, sessi
         lines = text.decode()
         assert 'homeserver_synapse_calls_total{call="upsert_device",outcome="ok"} 1.0' in lines
         assert 'homeserver_synapse_calls_total{call="provision_user",outcome="ok"} 1.0' in lines
-        assert 'homeserver_synapse_calls_total{call="delete_device",outcome="unreachable"} 1.0' in lines
-        assert 'homeserver_synapse_calls_total{call="sync_devices",outcome="unreachable"} 1.0' in lines
+        # The logout's sync, then the resync's: both unreachable.
+        assert 'homeserver_synapse_calls_total{call="sync_devices",outcome="unreachable"} 2.0' in lines
+        assert 'call="delete_device"' not in lines
         assert "homeserver_delegation_resyncs_pending 1.0" in lines
         assert 'homeserver_synapse_call_duration_seconds_count{call="upsert_device"} 1.0' in lines
     finally:

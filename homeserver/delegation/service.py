@@ -9,11 +9,14 @@ What Synapse must be told, and when (docs/delegation.md):
 - a lock or an unlock: `provision_user`'s `locked` (which keeps a locked user out of Synapse's
   user directory; its tokens are refused by introspection, Synapse's MAS mode has no answer
   for "locked"), at the users file's reload, the sweep, or the next login;
-- every end of a session: the device deleted at Synapse (one device) or the user's devices
-  synced (several, or all), before the answer. When Synapse is away then, the session
-  still ends here at once and the user is marked in the session store for a resync;
-  a loop retries until Synapse has the user's devices as they are here (`sync_devices`,
-  idempotent), so neither side's restart loses a sign-out.
+- every end of a session, one way: the user's devices synced (`sync_devices`: Synapse's
+  devices made those with an open session here), before the answer. As MAS turned its
+  DeleteDeviceJob into SyncDevicesJob: a device deleted by name could be one a login in
+  another process just opened again; a sync sends what is open, then upserts again any
+  device opened meanwhile. When Synapse is away then, the session still ends here at once
+  and the user is marked in the session store for a resync; a loop retries the same sync
+  until Synapse has the user's devices as they are here, so neither side's restart loses a
+  sign-out.
 """
 
 from __future__ import annotations
@@ -25,8 +28,6 @@ import hashlib
 import hmac
 import json
 import logging
-import secrets
-import string
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
@@ -34,8 +35,15 @@ from typing import TYPE_CHECKING
 from backends.base import StoreUnavailable, User, canonical_email
 from homeserver.delegation.locks import KeyedLocks
 from homeserver.delegation.settings import DelegationSettings
-from homeserver.delegation.synapse import SynapseClient, SynapseError, SynapseNotFound, SynapseUnreachable
-from homeserver.errors import M_INVALID_USERNAME, M_UNKNOWN, M_UNRECOGNIZED, MatrixError
+from homeserver.delegation.synapse import (
+    SynapseBadName,
+    SynapseClient,
+    SynapseError,
+    SynapseMisconfigured,
+    SynapseNotFound,
+    SynapseUnreachable,
+)
+from homeserver.errors import M_UNKNOWN, MatrixError
 from homeserver.profile import profile_body
 from homeserver.sessions import Sessions
 
@@ -44,19 +52,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-DEVICE_ID_LENGTH = 10
-# Synapse refuses (500) a token whose device id is longer.
-MAX_DEVICE_ID = 255
 # Synapse's bounds on profile fields (synapse.handlers.profile): longer ones are refused.
 MAX_DISPLAY_NAME = 256
 MAX_AVATAR_URL = 1000
 RETRY_AFTER = 5  # seconds, in the 503 of a login Synapse did not take
 PROBE_LOCALPART = "homeserver-delegation-probe"
-
-
-def new_device_id() -> str:
-    """A device id for a login that names none: 10 random letters A-Z, as MAS makes them."""
-    return "".join(secrets.choice(string.ascii_uppercase) for _ in range(DEVICE_ID_LENGTH))
 
 
 def synapse_unavailable() -> MatrixError:
@@ -155,7 +155,7 @@ class Delegation:
                     # Once per process, on the first login: Synapse's user ID shows its server_name.
                     await self.check_server_name(user.name)
             except SynapseError as exc:
-                if exc.errcode == M_INVALID_USERNAME:
+                if isinstance(exc, SynapseBadName):
                     logger.error(
                         "delegation: Synapse refuses the user name %r (%s): Matrix user names are lower-case "
                         "a-z, 0-9 and ._=-/+ (with LDAP, see backend.ldap.lowercase_user_ids)",
@@ -247,27 +247,10 @@ class Delegation:
 
     # -- ends of sessions -------------------------------------------------------------
 
-    async def devices_ended(self, user: str, device_ids: list[str] | None) -> bool:
-        """After sessions ended here: the one device deleted at Synapse (unless a session of
-        it is still open), or the user's devices synced; True when Synapse has it."""
-        if device_ids is not None and len(set(device_ids)) == 1:
-            device_id = device_ids[0]
-            async with self._locks.hold(user):
-                try:
-                    if await self.sessions.store.device(user, device_id) is not None:
-                        return True  # another session of the device is open (logins before delegation)
-                    await self.client.delete_device(user, device_id)
-                    return True
-                except SynapseNotFound:
-                    return True  # Synapse has no such user: nothing of theirs is left there
-                except (SynapseError, StoreUnavailable) as exc:
-                    logger.warning("delegation: device %s of %r not deleted at Synapse yet: %s", device_id, user, exc)
-                    await self._mark(user)
-                    return False
-        return await self.sync_devices(user)
-
     async def sync_devices(self, user: str) -> bool:
-        """Tell Synapse the user's devices as they are here; True when it has them."""
+        """After sessions of the user ended here (every way they end): Synapse told the
+        user's devices as they are here; True when it has them, else the user is marked for
+        the resync."""
         async with self._locks.hold(user):
             try:
                 await self._sync(user)
@@ -328,11 +311,9 @@ class Delegation:
                     await self._sync(user)
                 except SynapseNotFound:
                     pass
-                except SynapseUnreachable:
-                    break  # the others would fail alike: next round
+                except (SynapseUnreachable, SynapseMisconfigured):
+                    break  # away, a wrong secret, no API (said once by the client): the others alike
                 except SynapseError as exc:
-                    if exc.status in (401, 403, 405) or exc.errcode == M_UNRECOGNIZED:
-                        break  # a wrong secret, no API (said once by the client): the others alike
                     if self._refusals.get(user) != str(exc):  # said once, not at every round
                         self._refusals[user] = str(exc)
                         logger.warning("delegation: resync of %r refused, retrying: %s", user, exc)
