@@ -1,8 +1,10 @@
 """The account page (`/account/`, the account_management_uri): HTML for people, not the JSON API.
 
-These handlers do not inherit BaseHandler: no CORS, no JSON errors, but a strict
-Content-Security-Policy, Tornado's XSRF check on every form and the page's own signed
-cookie session (homeserver.account_page holds the logic). API paths keep their JSON errors.
+These handlers share the API's request plumbing but not BaseHandler (handlers/page_base.py):
+no CORS, no JSON errors, but a strict Content-Security-Policy, Tornado's XSRF check on every
+form and the page's own signed cookie session. The logic is the services': the page's own
+(`hs.account_page`), the login service's password check and `hs.devices`. API paths keep
+their JSON errors.
 """
 
 from __future__ import annotations
@@ -158,8 +160,9 @@ class AccountPageHandler(PageHandler):
             await self.hs.devices.rename(user.name, device_id, display_name_of({"display_name": name}))
         except MatrixError as exc:
             if exc.status >= 500:
-                raise
-            await self.show(page.SESSION_VIEW, device_id, status=exc.status, error=exc.message)
+                raise  # Synapse away: the error page says so
+            said = self.refused(exc)  # a name too long, no such device
+            await self.show(page.SESSION_VIEW, device_id, status=said.status, error=said.message)
             return
         self.go(page.SESSION_VIEW, device_id=device_id, notice="renamed")
 
