@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import stat
+import time
 from collections.abc import Collection
 from typing import Any
 
@@ -61,6 +62,10 @@ def read_users_file(path: str, check_passwords: bool = True) -> dict[str, User]:
 
 Signature = tuple[int, int, int, int]
 _UNSET = object()
+# With polling on, a lookup checks the file's signature itself when the last check is older
+# than this (seconds): a change (`run.py lock`, an edit) is seen by the next request, not
+# only by the next poll; at most one stat per this interval and process.
+FRESHNESS = 0.25
 
 
 def file_signature(path: str) -> Signature | None:
@@ -110,6 +115,7 @@ class FileBackend(UserBackend):
         self._bad_signature: object = _UNSET
         self._reloading = False
         self._poller: PeriodicCallback | None = None
+        self._checked = 0.0  # time.monotonic() of the last check of the signature
 
     @classmethod
     def from_config(cls, options: dict[str, Any], *, config_dir: str) -> FileBackend:
@@ -154,6 +160,7 @@ class FileBackend(UserBackend):
             self._poller.start()
 
     async def _poll(self) -> None:
+        self._checked = time.monotonic()
         try:
             await self.reload(force=False)
         except Exception:  # the poller must survive anything, or reloading stops for good
@@ -191,6 +198,8 @@ class FileBackend(UserBackend):
             self._poller = None
 
     async def get_user(self, name: str, *, case_insensitive: bool = False) -> User | None:
+        if self._poller is not None and time.monotonic() - self._checked >= FRESHNESS:
+            await self._poll()
         user = self.users.get(name)
         if user is None and case_insensitive:
             stored = self.folded.get(name.casefold())
@@ -198,10 +207,13 @@ class FileBackend(UserBackend):
         return user
 
     async def get_users_by_email(self, address: str) -> list[User]:
+        if self._poller is not None and time.monotonic() - self._checked >= FRESHNESS:
+            await self._poll()
         return [self.users[name] for name in self.emails.get(address, [])]
 
     async def set_locked(self, name: str, locked: bool) -> bool:
-        """Set or clear the record's `locked`; the server sees it at its next reload (polling or SIGHUP)."""
+        """Set or clear the record's `locked`; a running server sees it at its next request (with
+        polling on: `FRESHNESS`), else at its next reload (SIGHUP)."""
         return file_writer.set_locked(self.path, name, locked)
 
     async def add_user(self, user: User, *, overwrite: bool = False, keep: Collection[str] = ()) -> bool:

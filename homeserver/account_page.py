@@ -1,18 +1,24 @@
-"""The account page's logic: its own short cookie session, the password check, and the MSC4191 actions.
+"""The account page's service: its own short cookie sign-ins, the password asked again, the
+cross-signing reset, and the one table from errors to what the page says.
 
-No HTTP here (homeserver/handlers/account_page.py is the HTTP part). The cookie's value is
-signed by Tornado (`set_signed_cookie`, with `cookie_key()` derived from the server
-secret); this module decides what goes in it and whether it still stands:
+No HTTP here (homeserver/handlers/account_page.py is the HTTP part); built once on
+`HomeServer` from the parts it needs. The cookie's value is signed by Tornado
+(`set_signed_cookie`, with `cookie_key()` derived from the server secret); this module
+decides what goes in it and whether it still stands:
 
-- it names the user, a fingerprint of the stored credential, when it was issued and a
-  nonce;
+- it names the user, the fingerprints of the credential it was opened with (the sessions'
+  own, homeserver.credentials), when it was issued and a nonce;
 - it lasts `LIFETIME` seconds from the sign-in, no longer;
-- every page request reads the user again: a user gone, locked, or whose password (or
-  ident) changed since the sign-in has no page session any more;
+- every page request reads the user again: a user gone, locked, or whose account or
+  password changed since the sign-in (as `[sessions] end_on_password_change` says for every
+  session) has no page session any more;
 - it stands while its sign-in (a `BrowserSession` named by the nonce) is open in the
   session store's page sessions (backends.sessions.pages): the sign-out button, "sign out
   everywhere" and POST /logout/all end it there, so a copy of the cookie is refused on
   every process and server on that store, and the page lists a user's open sign-ins.
+
+The sign-in itself is the login service's (`LoginService.authenticate`: the same rules,
+limits and audit line as POST /login); the devices are `Devices`'.
 """
 
 from __future__ import annotations
@@ -25,22 +31,20 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from backends.base import User
-from backends.sessions.pages import MAX_USER_AGENT, BrowserSession
+from backends.base import StoreUnavailable, User
+from backends.sessions.pages import MAX_USER_AGENT, BrowserSession, PageSessions
 from homeserver import audit
+from homeserver.credentials import Credentials
 from homeserver.delegation.synapse import SynapseNotFound
-from homeserver.devices import device_body, display_name_of
 from homeserver.errors import M_USER_LOCKED, MatrixError
-from homeserver.login import LoginRefused, login_outcome
-from homeserver.login_request import parse_login
+from homeserver.login import LoginRefused, LoginService
 from homeserver.names import user_id
 from homeserver.profile import profile_body
-from homeserver.sessions import DEVICE_DELETED, LOGOUT_ALL
+from homeserver.users import Users
 
 if TYPE_CHECKING:
-    from homeserver.context import HomeServer
     from homeserver.delegation import Delegation
 
 logger = logging.getLogger(__name__)
@@ -75,6 +79,10 @@ ACCOUNT_LOCKED = "This account is locked. Ask the server's operator."
 STORE_DOWN = "The account store cannot be reached right now. Try again in a moment."
 SYNAPSE_DOWN = "Synapse cannot be reached, try again."
 NOT_AT_SYNAPSE = "Your account has no cross-signing keys yet: sign in with a Matrix client first."
+NO_SYNAPSE = "This server has no Synapse behind it: there are no cross-signing keys to reset here."
+SERVER_FAULT = "Something went wrong on the server. Try again later."
+# Why a page session no longer stands (`AccountPage.check`), from the credentials' words.
+_CHANGED = {"password_changed": "changed", "account_replaced": "gone"}
 
 
 def action_of(value: str | None) -> str:
@@ -92,58 +100,95 @@ def cookie_key(server_secret: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class PageSession:
-    """What the page cookie carries (signed, so only this server makes one)."""
+    """What the page cookie carries (signed, so only this server makes one): the user, the
+    credential fingerprints it was opened with (homeserver.credentials), when, and a nonce."""
 
     user: str
-    fingerprint: str
+    identity_fp: str
+    password_fp: str
     issued: int  # seconds since the epoch
     nonce: str
 
     def encode(self) -> str:
-        return json.dumps([self.user, self.fingerprint, self.issued, self.nonce], separators=(",", ":"))
+        fields = [self.user, self.identity_fp, self.password_fp, self.issued, self.nonce]
+        return json.dumps(fields, separators=(",", ":"))
 
     @classmethod
     def decode(cls, text: str) -> PageSession | None:
         try:
-            user, fingerprint, issued, nonce = json.loads(text)
+            user, identity_fp, password_fp, issued, nonce = json.loads(text)
         except (ValueError, TypeError):
             return None
-        if not (isinstance(user, str) and isinstance(fingerprint, str) and isinstance(nonce, str)):
+        if not all(isinstance(value, str) for value in (user, identity_fp, password_fp, nonce)):
             return None
         if not isinstance(issued, int) or isinstance(issued, bool):
             return None
-        return cls(user, fingerprint, issued, nonce)
+        return cls(user, identity_fp, password_fp, issued, nonce)
 
 
-class PageSignIns:
-    """Make, check, list and end page sessions: the lifetime, the sign-in still open in the
-    store, the user still there, unlocked and unchanged."""
+class PageError(Exception):
+    """What the page tells the person (a wrong password, a limit, a store down), with a status."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+
+def page_error(exc: BaseException, *, refused: str = WRONG_CREDENTIALS) -> PageError:
+    """The one table from an error to what the page says: `refused` for a wrong name or
+    password (the sign-in's words, or "Wrong password." where the password is asked again)."""
+    if isinstance(exc, PageError):
+        return exc
+    if isinstance(exc, LoginRefused):
+        return PageError(403, refused)
+    if isinstance(exc, StoreUnavailable):
+        return PageError(503, STORE_DOWN, {"Retry-After": "5"})
+    if isinstance(exc, MatrixError):
+        if exc.errcode == M_USER_LOCKED:
+            return PageError(403, ACCOUNT_LOCKED)
+        if exc.status == 429:
+            retry = exc.headers.get("Retry-After", "1")
+            return PageError(429, f"Too many attempts. Try again in {retry} seconds.", {"Retry-After": retry})
+        if exc.status < 500 or exc.status == 503:  # a bad value, no such device, Synapse away
+            return PageError(exc.status, exc.message, dict(exc.headers))
+    return PageError(500, SERVER_FAULT)
+
+
+class AccountPage:
+    """The page's sign-ins (made, checked, listed, ended), the password asked again, the
+    profile shown and the cross-signing reset."""
 
     def __init__(
         self,
-        key: str,
-        hs: HomeServer,
         *,
+        users: Users,
+        store: PageSessions,
+        login: LoginService,
+        credentials: Credentials,
+        delegation: Delegation | None,
+        server_name: str,
         lifetime: int = LIFETIME,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.key = key.encode("utf-8")
-        self.hs = hs
-        self.store = hs.pages
+        self.users = users
+        self.store = store
+        self.login = login
+        self.credentials = credentials
+        # The Synapse whose cross-signing reset the page approves; None without delegation.
+        self.delegation = delegation
+        self.server_name = server_name
         self.lifetime = lifetime
         self.clock = clock
 
-    def fingerprint(self, user: User) -> str:
-        """A keyed digest of what a password change or a replaced account changes: the stored
-        hash and ident, and where the store has them the entry's own identity (`uid`) and
-        what changes with a password the directory checks itself (`password_stamp`)."""
-        material = json.dumps(
-            [user.name, user.password, user.ident, user.uid, user.password_stamp], separators=(",", ":")
-        )
-        return hmac.new(self.key, material.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:32]
+    # -- sign-ins ---------------------------------------------------------------------
 
     def new(self, user: User) -> PageSession:
-        return PageSession(user.name, self.fingerprint(user), int(self.clock()), secrets.token_urlsafe(12))
+        fingerprint = self.credentials.of(user)
+        return PageSession(
+            user.name, fingerprint.identity, fingerprint.password, int(self.clock()), secrets.token_urlsafe(12)
+        )
 
     def expires(self, session: PageSession) -> int:
         return session.issued + self.lifetime
@@ -164,134 +209,51 @@ class PageSignIns:
         now = self.clock()
         if not session.issued - 60 <= now < self.expires(session):
             return None, "expired"
-        user = await self.hs.users.get(session.user)
+        user = await self.users.get(session.user)
         if user is None:
             return None, "gone"
         if user.locked:
             return None, "locked"
-        if not hmac.compare_digest(self.fingerprint(user), session.fingerprint):
-            return None, "changed"
+        why = self.credentials.changed(session.identity_fp, session.password_fp, user)
+        if why is not None:
+            return None, _CHANGED.get(why, "changed")
         if await self.store.ended(session.user, session.nonce):
             return None, "ended"
         return user, None
-
-    async def list_open(self, user: User) -> list[BrowserSession]:
-        """The user's open sign-ins to the page, oldest first."""
-        return await self.store.list_open(user.name)
 
     async def end(self, session: PageSession) -> None:
         """Refuse this session's cookie from now on, everywhere the session store reaches."""
         await self.store.end(session.user, session.nonce)
         audit.audit(audit.LOGOUT, user=session.user, reason=AUDIT_REASON)
 
+    async def confirm_password(self, user: User, password: str, client_ip: str) -> None:
+        """The password asked again (ending sessions in bulk, the reset approval), for the
+        signed-in user: LoginRefused when it is not theirs (`page_error(..., refused=WRONG_PASSWORD)`)."""
+        again = await self.login.authenticate(user.name, password, client_ip, reason=AUDIT_REASON)
+        if again.name != user.name:
+            raise LoginRefused(WRONG_PASSWORD, "bad_password")
 
-class PageError(Exception):
-    """Something the page tells the person (a wrong password, a limit, a store down), with a status."""
+    # -- what the pages show and do -------------------------------------------------------
 
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = headers or {}
+    def profile_view(self, user: User) -> dict[str, str]:
+        """The profile as GET /profile shows it (display name followed by ident), and the user ID."""
+        body = profile_body(user)
+        return {
+            "user_id": user_id(user.name, self.server_name),
+            "displayname": body["displayname"],
+            "avatar_url": body.get("avatar_url", ""),
+        }
 
-
-def _page_error(error: MatrixError) -> PageError:
-    if isinstance(error, LoginRefused) or error.status in (400, 403):
-        return PageError(403, WRONG_CREDENTIALS)
-    if error.errcode == M_USER_LOCKED:
-        return PageError(403, ACCOUNT_LOCKED)
-    if error.status == 429:
-        retry = error.headers.get("Retry-After", "1")
-        return PageError(429, f"Too many attempts. Try again in {retry} seconds.", {"Retry-After": retry})
-    if error.status == 503:
-        return PageError(503, STORE_DOWN, {"Retry-After": error.headers.get("Retry-After", "5")})
-    return PageError(500, "Something went wrong on the server. Try again later.")
-
-
-async def authenticate(hs: HomeServer, name: str, password: str, client_ip: str) -> User:
-    """The password check of POST /login (hs.login), opening no session: the same rules,
-    stores and rate limits. A wrong name and a wrong password are one message."""
-    # As Element does: text with an @ after its first character is an e-mail address.
-    if "@" in name[1:] and not name.startswith("@"):
-        identifier = {"type": "m.id.thirdparty", "medium": "email", "address": name}
-    else:
-        identifier = {"type": "m.id.user", "user": name}
-    try:
-        request = parse_login({"identifier": identifier, "password": password}, hs.server_name)
-        user = await hs.login.authenticate(request, client_ip)
-    except MatrixError as exc:
-        # In the audit trail as a login is, marked as the page's (a guess here counts as one there).
-        audit.audit(audit.LOGIN, user=name, client=client_ip, outcome=login_outcome(exc), reason=AUDIT_REASON)
-        raise _page_error(exc) from None
-    audit.audit(audit.LOGIN, user=user.name, client=client_ip, outcome=login_outcome(None), reason=AUDIT_REASON)
-    return user  # hs.login.authenticate refused a locked account (M_USER_LOCKED: ACCOUNT_LOCKED)
-
-
-async def confirm_password(hs: HomeServer, user: User, password: str, client_ip: str) -> None:
-    """The password asked again (sign out everywhere, the reset approval), for the signed-in user."""
-    try:
-        again = await authenticate(hs, user.name, password, client_ip)
-    except PageError as exc:
-        if exc.message == WRONG_CREDENTIALS:
-            raise PageError(403, WRONG_PASSWORD) from None
-        raise
-    if again.name != user.name:
-        raise PageError(403, WRONG_PASSWORD)
-
-
-# -- what the pages show and do, through the server's services -----------------------------
-
-
-def profile_view(hs: HomeServer, user: User) -> dict[str, str]:
-    """The profile as GET /profile shows it (display name followed by ident), and the user ID."""
-    body = profile_body(user)
-    return {
-        "user_id": user_id(user.name, hs.server_name),
-        "displayname": body["displayname"],
-        "avatar_url": body.get("avatar_url", ""),
-    }
-
-
-async def list_devices(hs: HomeServer, user: User) -> list[dict[str, Any]]:
-    return [device_body(device) for device in await hs.devices.list_devices(user.name)]
-
-
-async def get_device(hs: HomeServer, user: User, device_id: str) -> dict[str, Any] | None:
-    try:
-        return device_body(await hs.devices.get(user.name, device_id))
-    except MatrixError as exc:
-        if exc.status == 404:
-            return None
-        raise
-
-
-async def rename_device(hs: HomeServer, user: User, device_id: str, display_name: str) -> None:
-    """As PUT /devices/{id}: the same bound on the name (400), 404 for a device the user lacks."""
-    await hs.devices.rename(user.name, device_id, display_name_of({"display_name": display_name}))
-
-
-async def end_devices(hs: HomeServer, user: User, device_ids: list[str] | None) -> int:
-    """End these devices' sessions (None: all) through hs.devices, which with delegation also
-    deletes the devices at Synapse before returning."""
-    return await hs.devices.end(user.name, device_ids, DEVICE_DELETED if device_ids is not None else LOGOUT_ALL)
-
-
-def delegation_of(hs: HomeServer) -> Delegation | None:
-    """The Synapse delegation, or None when `[delegation] enabled` is false."""
-    return hs.delegation
-
-
-async def allow_cross_signing_reset(hs: HomeServer, user: User) -> None:
-    """Ask Synapse to accept a new master cross-signing key from this user for ten minutes."""
-    delegation = delegation_of(hs)
-    if delegation is None:
-        raise PageError(404, "This server has no Synapse behind it: there are no cross-signing keys to reset here.")
-    try:
-        await delegation.allow_cross_signing_reset(user.name)
-        audit.audit(CROSS_SIGNING_RESET_ALLOWED, user=user.name, reason=AUDIT_REASON)
-    except SynapseNotFound:
-        # Never provisioned: no Matrix client ever signed in, so there are no keys to reset.
-        raise PageError(404, NOT_AT_SYNAPSE) from None
-    except Exception as exc:  # Synapse refused, timed out or is down: the person may retry
-        logger.warning("allow_cross_signing_reset for %r failed: %r", user.name, exc)
-        raise PageError(502, SYNAPSE_DOWN) from None
+    async def allow_cross_signing_reset(self, user: User) -> None:
+        """Ask Synapse to accept a new master cross-signing key from this user for ten minutes."""
+        if self.delegation is None:
+            raise PageError(404, NO_SYNAPSE)
+        try:
+            await self.delegation.allow_cross_signing_reset(user.name)
+            audit.audit(CROSS_SIGNING_RESET_ALLOWED, user=user.name, reason=AUDIT_REASON)
+        except SynapseNotFound:
+            # Never provisioned: no Matrix client ever signed in, so there are no keys to reset.
+            raise PageError(404, NOT_AT_SYNAPSE) from None
+        except Exception as exc:  # Synapse refused, timed out or is down: the person may retry
+            logger.warning("allow_cross_signing_reset for %r failed: %r", user.name, exc)
+            raise PageError(502, SYNAPSE_DOWN) from None

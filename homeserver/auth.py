@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
 
+from backends.base import User
 from backends.sessions.base import Session
 from homeserver import audit
 from homeserver.credentials import Credentials
@@ -13,9 +14,6 @@ from homeserver.requester import Requester
 from homeserver.sessions import Sessions
 from homeserver.tokens import TokenError, TokenExpired, TokenIssuer
 from homeserver.users import Users
-
-if TYPE_CHECKING:
-    from homeserver.devices import Devices
 
 # Users seen locked by this process, remembered so a lock and an unlock are audited once
 # each; past this many the memory starts afresh (at worst a lock is audited again).
@@ -33,15 +31,16 @@ class Auth:
         users: Users,
         server_name: str,
         credentials: Credentials | None = None,
-        devices: Devices | None = None,
+        end_stale: Callable[[User, str], Awaitable[object]] | None = None,
     ) -> None:
         self.tokens = tokens
         self.sessions = sessions
         self.users = users
         self.server_name = server_name
         self.credentials = credentials
-        # Where stale sessions end (homeserver.devices): every end of a session goes there.
-        self.devices = devices
+        # Ends the sessions of a user opened with another credential (`Devices.end_stale`,
+        # through which every end of a session goes), given the reason.
+        self.end_stale = end_stale
         self._locked_seen: set[str] = set()
 
     async def requester(self, token: str, client_ip: str | None, *, allow_locked: bool = False) -> Requester:
@@ -75,8 +74,8 @@ class Auth:
             if why is not None:
                 # Another account under the name, or a new password: the session is over,
                 # in the store too, so it stays over whatever the user store does next.
-                if self.devices is not None:
-                    await self.devices.end_stale(user, why)
+                if self.end_stale is not None:
+                    await self.end_stale(user, why)
                 raise unknown_token()
         if user.locked:
             self._saw_lock(user.name, session)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from backends.base import STORED_FIELDS, User, UserBackend, UserExists, UserIncomplete, canonical_email
 from homeserver import __version__
+from homeserver.cli_adopt import add_command as add_adopt_command
 from homeserver.cli_delegation import add_commands as add_delegation_commands
 from homeserver.cli_sessions import UnknownTarget
 from homeserver.cli_sessions import add_commands as add_session_commands
@@ -290,7 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
         lk = command(verb, what)
         lk.add_argument("name", help="account name or user ID")
         lk.set_defaults(func=cmd_lock, lock=locking)
-    add_session_commands(command)
+    add_adopt_command(add_session_commands(command))
     add_delegation_commands(command)
     return parser
 

@@ -28,12 +28,28 @@ async def sync_all(config: Config, out: Callable[[str], None]) -> None:
         try:
             users = Users(backend)
             names = sorted(set(await store.users()) | set(await store.resyncs()))
+            counts: dict[str, int] = {}
             for name in names:
-                out(f"{user_id(name, server_name)}: {await delegation.sync_user(name, await users.get(name))}")
-            if not names:
-                out("no user has a session: nothing to sync")
+                user = await users.get(name)
+                done, devices = await delegation.sync_user(name, user)
+                counts[done] = counts.get(done, 0) + 1
+                what = done if user is None else f"{done} at Synapse"
+                out(f"{user_id(name, server_name)}: {what}; devices with a session here: {' '.join(devices) or 'none'}")
+            out(sync_summary(len(names), counts))
         finally:
             await delegation.close()
+
+
+def sync_summary(users: int, counts: dict[str, int]) -> str:
+    """The last line of `delegation sync`: what it covered and what changed."""
+    if not users:
+        return "No user has a session here: nothing to sync."
+    done = ", ".join(f"{counts[word]} {word}" for word in ("created", "updated", "unchanged", "not in the user store")
+                     if counts.get(word))
+    return (
+        f"Synapse has the users and devices of the sessions here: {users} user{'s' if users != 1 else ''} "
+        f"({done})."
+    )
 
 
 def cmd_sync(args: argparse.Namespace) -> int:

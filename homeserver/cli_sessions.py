@@ -1,4 +1,5 @@
-"""`run.py sessions list NAME` and `sessions revoke NAME --device ID | --all`, on a running server's store."""
+"""`run.py sessions list NAME` and `sessions revoke NAME --device ID | --all`, on a running server's store
+(`sessions adopt`: homeserver.cli_adopt)."""
 
 from __future__ import annotations
 
@@ -74,9 +75,16 @@ def cmd_list(args: argparse.Namespace) -> int:
     return _run(config, name, work)
 
 
+def ended_sentence(count: int, what: str) -> str:
+    """What `sessions revoke` did, as one sentence."""
+    if count == 0:
+        return f"No session of {what} was open: nothing ended."
+    return f"Ended {count} session{'' if count == 1 else 's'} of {what}."
+
+
 def cmd_revoke(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    # The revocation's audit line goes where the server's log goes (standard error).
+    # The revocation's audit line goes to the log, not the terminal (homeserver.logs).
     setup_cli_logging(config.get("logging", "level"), config.get("logging", "format"))
     audit.client_address.set("cli")
     server_name = config.get("server", "server_name")
@@ -99,9 +107,9 @@ def cmd_revoke(args: argparse.Namespace) -> int:
             if delegation is not None:
                 await delegation.close()
         what = f"{who}" if args.all else f"device {args.device} of {who}"
-        lines = [f"revoked {count} sessions of {what}"]
+        lines = [ended_sentence(count, what)]
         if pending:
-            lines.append("Synapse could not be told yet: the running server tells it as soon as it answers")
+            lines.append("Synapse could not be told yet: the running server tells it as soon as it answers.")
         return lines
 
     return _run(config, name, work)
@@ -114,10 +122,12 @@ def _run(config: Config, name: str, work: Callable[[Sessions, str], Awaitable[li
     return 0
 
 
-def add_commands(command: Callable[[str, str], argparse.ArgumentParser]) -> None:
-    """Add `sessions list` and `sessions revoke` to the command line."""
+def add_commands(
+    command: Callable[[str, str], argparse.ArgumentParser],
+) -> argparse._SubParsersAction[argparse.ArgumentParser]:
+    """Add `sessions list` and `sessions revoke` to the command line; the `sessions` actions."""
     parser = command("sessions", "list or end a user's sessions (works on a running server's store)")
-    sub = parser.add_subparsers(title="actions", metavar="{list,revoke}", required=True)
+    sub = parser.add_subparsers(title="actions", metavar="{list,revoke,adopt}", required=True)
     ls = sub.add_parser("list", help="one line per device: device id, display name, last address, last seen (UTC)")
     ls.add_argument("name", help="account name or user ID")
     ls.add_argument("--config", default=argparse.SUPPRESS, help="TOML config file")
@@ -129,3 +139,4 @@ def add_commands(command: Callable[[str, str], argparse.ArgumentParser]) -> None
     which.add_argument("--device", help="the device whose sessions end")
     which.add_argument("--all", action="store_true", help="every session of the user")
     rv.set_defaults(func=cmd_revoke)
+    return sub  # more actions join it (homeserver.cli_adopt)

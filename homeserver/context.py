@@ -11,6 +11,7 @@ import backends.sessions
 from backends.base import StoreUnavailable, UserBackend
 from backends.sessions.base import SessionStore
 from backends.sessions.pages import PageSessions, page_sessions_for
+from homeserver.account_page import AccountPage
 from homeserver.auth import Auth
 from homeserver.config import Config
 from homeserver.credentials import Credentials
@@ -35,7 +36,7 @@ logger = logging.getLogger(__name__)
 @dataclass
 class HomeServer:
     """Config, the user store, sessions, tokens and auth, the password pool, documents, limits, metrics;
-    and the services the handlers call: auth, UIA, login, devices."""
+    and the services the handlers call: auth, UIA, login, devices, the account page."""
 
     config: Config
     backend: UserBackend
@@ -62,6 +63,7 @@ class HomeServer:
     devices: Devices = field(init=False)
     # The OAuth 2.0 API (homeserver.oauth); None when `[oauth]` is off.
     oauth: OAuth | None = field(init=False)
+    account_page: AccountPage = field(init=False)
 
     def __post_init__(self) -> None:
         self.users = Users(self.backend, self.metrics)
@@ -74,7 +76,9 @@ class HomeServer:
         self.uia = UserInteractiveAuth(self.tokens.secret, self.users, self.checker, self.limits, self.server_name)
         self.pages = page_sessions_for(self.sessions.store)
         self.devices = Devices(self.sessions, self.uia, self.delegation, self.credentials, pages=self.pages)
-        self.auth = Auth(self.tokens, self.sessions, self.users, self.server_name, self.credentials, self.devices)
+        self.auth = Auth(
+            self.tokens, self.sessions, self.users, self.server_name, self.credentials, end_stale=self.devices.end_stale
+        )
         self.login = LoginService(
             users=self.users,
             tokens=self.tokens,
@@ -93,6 +97,14 @@ class HomeServer:
         if self.oauth is not None:
             # A logout of an OAuth access token ends its refresh token too (the whole device).
             self.devices.ends_device = self.oauth.ends_device
+        self.account_page = AccountPage(
+            users=self.users,
+            store=self.pages,
+            login=self.login,
+            credentials=self.credentials,
+            delegation=self.delegation,
+            server_name=self.server_name,
+        )
 
         # A reloaded users file names the accounts that changed: their stale sessions end at once.
         self.backend.on_change = self._accounts_changed

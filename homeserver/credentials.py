@@ -101,26 +101,24 @@ class Credentials:
         or None while it does. Sessions opened before fingerprints were kept always do."""
         if session.identity_fp is None:
             return None
+        return self.changed(session.identity_fp, session.password_fp, user)
+
+    def changed(self, identity_fp: str, password_fp: str | None, user: User) -> str | None:
+        """Why what was opened with these digests (a session, the account page's sign-in) no
+        longer belongs to `user` ("account_replaced", "password_changed"), or None."""
         current = self.of(user)
-        if session.identity_fp != current.identity and not self._older_key_matches(
-            session.identity_fp, identity_material(user)
-        ):
+        if identity_fp != current.identity and not self._older_key_matches(identity_fp, identity_material(user)):
             # A record without an identity of its own (users file, Redis) changes identity
             # with its hash: name it after the password when that is what changed (a reset,
             # or a new account under the name with a new password: the two look alike).
-            if user.uid is None and session.password_fp is not None and self._password_differs(session, user):
+            if user.uid is None and password_fp is not None and self._password_differs(password_fp, user):
                 return "password_changed"
             return "account_replaced"
-        if (
-            self.end_on_password_change
-            and session.password_fp is not None
-            and self._password_differs(session, user)
-        ):
+        if self.end_on_password_change and password_fp is not None and self._password_differs(password_fp, user):
             return "password_changed"
         return None
 
-    def _password_differs(self, session: Session, user: User) -> bool:
-        assert session.password_fp is not None
-        return session.password_fp != self.of(user).password and not self._older_key_matches(
-            session.password_fp, password_material(user)
+    def _password_differs(self, password_fp: str, user: User) -> bool:
+        return password_fp != self.of(user).password and not self._older_key_matches(
+            password_fp, password_material(user)
         )

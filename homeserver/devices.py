@@ -10,6 +10,8 @@ import asyncio
 import json
 import logging
 import random
+import secrets
+import string
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +47,15 @@ AUDIT_EVENTS = {LOGOUT_ALL: audit.LOGOUT, DEVICE_DELETED: audit.LOGOUT, REVOKED:
 
 # More device IDs than anyone has, in one request, is a mistake or an attack.
 MAX_DEVICES = 1000
+# With delegation: the device id of a login that names none (as MAS makes them), and the
+# longest one a client may name (Synapse refuses, 500, a token whose device id is longer).
+DEVICE_ID_LENGTH = 10
+MAX_SYNAPSE_DEVICE_ID = 255
+
+
+def new_device_id() -> str:
+    """A device id for a login that names none: 10 random letters A-Z, as MAS makes them."""
+    return "".join(secrets.choice(string.ascii_uppercase) for _ in range(DEVICE_ID_LENGTH))
 
 
 def device_body(device: Device) -> dict[str, Any]:
@@ -138,7 +149,7 @@ class Devices:
             # An OAuth access token: its refresh token (the grant's session) ends with it.
             await self.sessions.end_devices(session.user, [session.device_id], LOGOUT)
         if self.delegation is not None:
-            await self.delegation.devices_ended(session.user, [session.device_id])
+            await self.delegation.sync_devices(session.user)
         audit.audit(audit.LOGOUT, user=session.user, device=session.device_id, reason=LOGOUT)
 
     async def logout_all(self, user: str) -> int:
@@ -174,7 +185,7 @@ class Devices:
             audit.audit(audit.SESSIONS_ENDED, user=user.name, device=",".join(devices), reason=reason, count=len(ended))
             if self.delegation is not None:
                 # Their devices are deleted at Synapse (unless another session of one is open).
-                await self.delegation.devices_ended(user.name, devices)
+                await self.delegation.sync_devices(user.name)
         return len(ended)
 
     async def end(self, user: str, device_ids: list[str] | None, reason: str) -> int:
@@ -194,7 +205,7 @@ class Devices:
             count=count,
         )
         if self.delegation is not None:
-            await self.delegation.devices_ended(user, device_ids)
+            await self.delegation.sync_devices(user)
         return count
 
     # -- upkeep -------------------------------------------------------------------
@@ -219,6 +230,8 @@ class Devices:
                 # Sessions of a replaced account or a changed password end at their next
                 # request anyway; the sweep ends (and with delegation deletes) unused ones too.
                 stale += await self.end_stale(user)
+                if self.delegation is not None:  # a lock or a profile changed since Synapse was told
+                    await self.delegation.provision_if_changed(user)
         self._missing = missing
         if ended:
             logger.info("ended %d sessions of users removed from the user store", ended)
@@ -233,9 +246,11 @@ class Devices:
         count ended."""
         ended = 0
         for name, fields in changes.items():
+            user = await users.get(name)
+            if user is not None and "locked" in fields and self.delegation is not None:
+                await self.delegation.provision_if_changed(user)  # Synapse is told the lock
             if "password" not in fields and "ident" not in fields:
                 continue  # a lock: the sessions stay
-            user = await users.get(name)
             if user is not None:
                 ended += await self.end_stale(user, PASSWORD_CHANGED if "password" in fields else ACCOUNT_REPLACED)
         return ended

@@ -3,26 +3,25 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Protocol
 
 from backends.base import User
-from backends.hashes import stored_password_problem
 from homeserver import audit
 from homeserver.credentials import Credentials
-from homeserver.delegation.service import MAX_DEVICE_ID as MAX_SYNAPSE_DEVICE_ID
-from homeserver.delegation.service import new_device_id
-from homeserver.errors import M_FORBIDDEN, M_LIMIT_EXCEEDED, M_UNKNOWN, M_USER_LOCKED, MatrixError, user_locked
+from homeserver.devices import MAX_SYNAPSE_DEVICE_ID, new_device_id
+from homeserver.errors import M_FORBIDDEN, M_UNKNOWN, M_USER_LOCKED, MatrixError, user_locked
 from homeserver.jsonio import decode_json_object
-from homeserver.login_request import LoginRequest, parse_login
-from homeserver.names import possible_name, user_id
-from homeserver.passwords import HashDecodeError, Overloaded, PasswordChecker
+from homeserver.login_request import DEFAULT_DEVICE_ID, MAX_DEVICE_ID, LoginRequest, parse_login
+from homeserver.names import local_name, possible_name, user_id
+from homeserver.passwords import PasswordChecker, check_password, waste_password_check
 from homeserver.ratelimit import LoginLimits
 from homeserver.sessions import REPLACED, Sessions
 from homeserver.tokens import TokenIssuer
 from homeserver.users import Users
 
 if TYPE_CHECKING:
-    from homeserver.delegation import Delegation
     from homeserver.metrics import Metrics
 
 logger = logging.getLogger(__name__)
@@ -39,49 +38,16 @@ class LoginRefused(MatrixError):
         self.outcome = outcome
 
 
-def _decoding_failed(users: Users, user: User, why: str) -> MatrixError:
-    users.report_unusable_password(user, why)
-    return MatrixError(500, M_UNKNOWN, "Password hash decoding failed")
+class SynapseLogins(Protocol):
+    """What a login needs of the delegation (homeserver.delegation.Delegation): Synapse told
+    of the user and the device around the session's opening."""
+
+    def login(self, user: User, device_id: str, display_name: str | None) -> AbstractAsyncContextManager[None]: ...
 
 
-async def check_password(users: Users, checker: PasswordChecker, user: User, password: str) -> bool:
-    """Rules 4-5: the password against the stored hash (or the store's own check, LDAP bind)."""
-    verdict = await users.verify_password(user, password)
-    if verdict is not None:
-        return verdict
-    # Rule 4: the stored text is the hex form of the bcrypt hash. One that is not (not
-    # hex, or hex of something else) fails here, before it costs a password check.
-    stored = user.password
-    problem = "no password stored" if stored is None else stored_password_problem(stored)
-    if stored is None or problem is not None:
-        raise _decoding_failed(users, user, problem or "no password stored")
-    hashed = bytes.fromhex(stored)
-    # Rule 5: bcrypt, on the password pool, never on the event loop.
-    try:
-        return await checker.check(password, hashed)
-    except HashDecodeError as exc:
-        raise _decoding_failed(users, user, str(exc)) from None
-    except Overloaded:
-        raise _overloaded() from None
-
-
-def _overloaded() -> MatrixError:
-    return MatrixError(
-        429,
-        M_LIMIT_EXCEEDED,
-        "Too many logins in progress, try again shortly",
-        headers={"Retry-After": "1"},
-        retry_after_ms=1000,
-    )
-
-
-async def waste_password_check(checker: PasswordChecker, password: str) -> None:
-    """The bcrypt work a wrong password costs, for a login with no user to check it against
-    (an unknown name or address), so the time of the answer does not tell which exist."""
-    try:
-        await checker.waste(password)
-    except Overloaded:
-        raise _overloaded() from None
+# A session opener: (user, request, token, client address, whether the client named the
+# device, fingerprints) -> the session recorded.
+Opener = Callable[[User, LoginRequest, str, str, bool, dict[str, str | None]], Awaitable[None]]
 
 
 def login_outcome(error: BaseException | None) -> str:
@@ -100,6 +66,22 @@ def login_outcome(error: BaseException | None) -> str:
     return "error"
 
 
+def _typed(request: LoginRequest) -> str:
+    """The name typed, for the audit line until the stored user is found. An address stays
+    out of it, and so does a name no account can have (over 255 bytes, control characters)."""
+    return request.user if request.email is None and possible_name(request.user) else ""
+
+
+def form_request(name: str, password: str, server_name: str) -> LoginRequest:
+    """A sign-in form's name and password as a login request (no device: it opens no session).
+
+    As Element does: text with an @ after its first character is an e-mail address; a full
+    user ID of this server is reduced to its name."""
+    if "@" in name[1:] and not name.startswith("@"):
+        return LoginRequest(user="", password=password, device_id="", email=name)
+    return LoginRequest(user=local_name(name, server_name), password=password, device_id="")
+
+
 class LoginService:
     """Password logins: the limits, rules 1-6, the session of the token, the metrics."""
 
@@ -114,7 +96,7 @@ class LoginService:
         limits: LoginLimits | None = None,
         metrics: Metrics | None = None,
         credentials: Credentials | None = None,
-        delegation: Delegation | None = None,
+        delegation: SynapseLogins | None = None,
     ) -> None:
         self.users = users
         self.tokens = tokens
@@ -125,6 +107,18 @@ class LoginService:
         self.metrics = metrics
         self.credentials = credentials
         self.delegation = delegation
+        # The device id of a login that names none, the longest one a client may name, and
+        # where the session opens: chosen once, by whether Synapse is behind this server.
+        self._new_device_id: Callable[[], str]
+        self._open: Opener
+        if delegation is None:
+            self._new_device_id, self._max_device_id = (lambda: DEFAULT_DEVICE_ID), MAX_DEVICE_ID
+            self._open = self._open_here
+        else:
+            # One device per login (Synapse keeps keys and to-device messages per device),
+            # and a device id Synapse takes.
+            self._new_device_id, self._max_device_id = new_device_id, MAX_SYNAPSE_DEVICE_ID
+            self._open = self._open_at_synapse
 
     async def login(self, body: bytes, client_ip: str) -> dict[str, str]:
         """Check the request body (JSON), apply rules 1-6; return the login response or raise the rule's MatrixError."""
@@ -139,14 +133,20 @@ class LoginService:
         self._audit(attempt, client_ip, None)
         return response
 
-    async def authenticate(self, request: LoginRequest, client_ip: str) -> User:
-        """The user a request's name (or address) and password prove, as a login would find
-        them, with the same limits and answers (a locked account's M_USER_LOCKED included);
-        no token and no session (the account page)."""
-        await self.limits.check_address(client_ip)
-        user, _ = await self._verify(request, issue=False)
-        if user.locked:
-            raise user_locked()
+    async def authenticate(self, name: str, password: str, client_ip: str, *, reason: str) -> User:
+        """The user a form's name (a name, a full user ID of this server, or an e-mail
+        address) and password prove, as a login finds them, with the same limits and answers
+        (a locked account's M_USER_LOCKED included); no token and no session (the account
+        page). Audited as a login is, with `reason` saying whose form it was."""
+        request = form_request(name, password, self.server_name)
+        attempt = {"typed": _typed(request), "via": reason}
+        try:
+            await self.limits.check_address(client_ip)
+            user, _ = await self._verify(request, attempt, issue=False)
+        except Exception as exc:
+            self._audit(attempt, client_ip, exc)
+            raise
+        self._audit(attempt, client_ip, None)
         return user
 
     def _observe(self, error: BaseException | None) -> None:
@@ -167,47 +167,17 @@ class LoginService:
 
     async def _login(self, body: bytes, client_ip: str, attempt: dict[str, str]) -> dict[str, str]:
         await self.limits.check_address(client_ip)
-        if self.delegation is None:
-            request = parse_login(decode_json_object(body), self.server_name)
-            fresh = ""
-        else:
-            # One device per login (Synapse keeps keys and to-device messages per device),
-            # and a device id Synapse takes.
-            fresh = new_device_id()
-            request = parse_login(
-                decode_json_object(body), self.server_name, fresh, max_device_id=MAX_SYNAPSE_DEVICE_ID
-            )
-        # An address stays out of the audit line's user (it names the stored user once found).
-        # A name no account can have (over 255 bytes, control characters) is left out too.
-        typed = request.user if request.email is None and possible_name(request.user) else ""
-        attempt.update(typed=typed, device=request.device_id)
+        fresh = self._new_device_id()
+        request = parse_login(decode_json_object(body), self.server_name, fresh, max_device_id=self._max_device_id)
+        attempt.update(typed=_typed(request), device=request.device_id)
         attempt["via"] = "password, by e-mail address" if request.email is not None else "password"
-        user, token = await self._verify(request, issue=True)
-        attempt["user"] = user.name
-        # After rules 3-5: an unknown name and a wrong password answer as for anyone; a
-        # locked account gets no session, and with delegation Synapse is not asked.
-        if user.locked:
-            raise user_locked()
+        user, token = await self._verify(request, attempt, issue=True)
         fingerprint = self.credentials.of(user) if self.credentials is not None else None
         fingerprints = {
             "identity_fp": fingerprint.identity if fingerprint else None,
             "password_fp": fingerprint.password if fingerprint else None,
         }
-        if self.delegation is None:
-            # Rule 6, once the session of the token is recorded (a 200 is never lost).
-            await self.sessions.open(
-                token, user.name, request.device_id, request.display_name, client_ip, **fingerprints
-            )
-        else:
-            # Synapse has the user and the device first (503 and nothing done here when it
-            # cannot be told); then the device's earlier sessions end (MAS's rule: one
-            # device, one session; the device and its keys stay at Synapse) and this one opens.
-            async with self.delegation.login(user, request.device_id, request.display_name):
-                if request.device_id != fresh:
-                    await self.sessions.end_devices(user.name, [request.device_id], REPLACED)
-                await self.sessions.open(
-                    token, user.name, request.device_id, request.display_name, client_ip, **fingerprints
-                )
+        await self._open(user, request, token, client_ip, request.device_id != fresh, fingerprints)
         return {
             "user_id": user_id(user.name, self.server_name),
             "access_token": token,
@@ -215,11 +185,45 @@ class LoginService:
             "device_id": request.device_id,
         }
 
-    async def _verify(self, request: LoginRequest, *, issue: bool) -> tuple[User, str]:
-        """Rules 1-5: the user and (with `issue`) the token naming them.
+    async def _open_here(
+        self,
+        user: User,
+        request: LoginRequest,
+        token: str,
+        client_ip: str,
+        named: bool,
+        fingerprints: dict[str, str | None],
+    ) -> None:
+        """Rule 6, once the session of the token is recorded (a 200 is never lost)."""
+        await self.sessions.open(token, user.name, request.device_id, request.display_name, client_ip, **fingerprints)
+
+    async def _open_at_synapse(
+        self,
+        user: User,
+        request: LoginRequest,
+        token: str,
+        client_ip: str,
+        named: bool,
+        fingerprints: dict[str, str | None],
+    ) -> None:
+        """With delegation: Synapse has the user and the device first (503 and nothing done
+        here when it cannot be told); then the device's earlier sessions end (MAS's rule: one
+        device, one session; the device and its keys stay at Synapse) and this one opens."""
+        assert self.delegation is not None
+        async with self.delegation.login(user, request.device_id, request.display_name):
+            if named:
+                await self.sessions.end_devices(user.name, [request.device_id], REPLACED)
+            await self.sessions.open(
+                token, user.name, request.device_id, request.display_name, client_ip, **fingerprints
+            )
+
+    async def _verify(self, request: LoginRequest, attempt: dict[str, str], *, issue: bool) -> tuple[User, str]:
+        """Rules 1-5 and the lock: the user and (with `issue`) the token naming them.
 
         A login by e-mail address first finds the one user holding it; then rules 1-2 (the
-        token, naming that user) and 4-5 apply unchanged.
+        token, naming that user) and 4-5 apply unchanged. The lock is checked last, as
+        Synapse's `_complete_login` does: an unknown name and a wrong password answer as
+        for anyone; a locked account gets no session, and with delegation Synapse is not asked.
         """
         if request.email is not None:
             user, token, counted = await self._by_email(request, issue)
@@ -229,6 +233,9 @@ class LoginService:
             for key in counted:
                 await self.limits.record_failure(key)
             raise LoginRefused(BAD_PASSWORD, "bad_password")
+        attempt["user"] = user.name
+        if user.locked:
+            raise user_locked()
         return user, token
 
     def _make_token(self, name: str, device_id: str) -> str:

@@ -291,15 +291,39 @@ def gather_writes(loop: asyncio.AbstractEventLoop | None) -> None:
         _server_handler.gather_on(loop)
 
 
+# Where a command run at a terminal sends its audit lines: the system log (journald or rsyslog).
+SYSLOG_SOCKET = "/dev/log"
+
+
 def setup_cli_logging(level: str, fmt: str = "text") -> None:
-    """Logging for a one-shot command: its audit lines (homeserver.audit) and warnings, on
-    standard error in the configured format; nothing when the process already logs
-    somewhere (the command run inside another program, or a test)."""
+    """Logging for a one-shot command: warnings on standard error; its audit lines
+    (homeserver.audit) in the log, not on the terminal: at a terminal, the system log
+    (facility authpriv, tag `homeserver`) when there is one; otherwise (run by a script, a
+    unit, a test) standard error in the configured format, where that caller keeps it.
+    Nothing when the process already logs somewhere (the command run inside another program)."""
     if logging.getLogger().handlers:
         return
     quiet = max(getattr(logging, level, logging.INFO), logging.WARNING)
     setup_logging(logging.getLevelName(quiet), fmt)
-    logging.getLogger("homeserver.audit").setLevel(logging.INFO)
+    audit_logger = logging.getLogger("homeserver.audit")
+    audit_logger.setLevel(logging.INFO)
+    handler = _system_log(fmt) if sys.stderr.isatty() else None
+    if handler is not None:
+        audit_logger.addHandler(handler)
+        audit_logger.propagate = False
+
+
+def _system_log(fmt: str) -> logging.Handler | None:
+    """A handler writing to the system log, or None when there is none (a container)."""
+    from logging.handlers import SysLogHandler
+
+    try:
+        handler = SysLogHandler(SYSLOG_SOCKET, facility=SysLogHandler.LOG_AUTHPRIV)
+    except OSError:
+        return None
+    handler.ident = "homeserver: "
+    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter("%(message)s"))
+    return handler
 
 
 def setup_logging(level: str, fmt: str = "text") -> None:

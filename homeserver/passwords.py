@@ -1,4 +1,5 @@
-"""bcrypt password hashing and checking, with the stored hex form and the 72-byte rule."""
+"""bcrypt password hashing and checking, with the stored hex form and the 72-byte rule; and
+the check of a user's password (rules 4-5) every password form uses: login, UIA, the account page."""
 
 from __future__ import annotations
 
@@ -7,8 +8,16 @@ import concurrent.futures
 import logging
 import os
 import threading
+from typing import TYPE_CHECKING
 
 import bcrypt
+
+from backends.base import User
+from backends.hashes import stored_password_problem
+from homeserver.errors import M_LIMIT_EXCEEDED, M_UNKNOWN, MatrixError
+
+if TYPE_CHECKING:
+    from homeserver.users import Users
 
 logger = logging.getLogger(__name__)
 
@@ -100,3 +109,49 @@ class PasswordChecker:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _decoding_failed(users: Users, user: User, why: str) -> MatrixError:
+    users.report_unusable_password(user, why)
+    return MatrixError(500, M_UNKNOWN, "Password hash decoding failed")
+
+
+def overloaded() -> MatrixError:
+    """The 429 of a password check refused because too many wait (PasswordChecker's Overloaded)."""
+    return MatrixError(
+        429,
+        M_LIMIT_EXCEEDED,
+        "Too many logins in progress, try again shortly",
+        headers={"Retry-After": "1"},
+        retry_after_ms=1000,
+    )
+
+
+async def check_password(users: Users, checker: PasswordChecker, user: User, password: str) -> bool:
+    """Rules 4-5: the password against the stored hash (or the store's own check, LDAP bind)."""
+    verdict = await users.verify_password(user, password)
+    if verdict is not None:
+        return verdict
+    # Rule 4: the stored text is the hex form of the bcrypt hash. One that is not (not
+    # hex, or hex of something else) fails here, before it costs a password check.
+    stored = user.password
+    problem = "no password stored" if stored is None else stored_password_problem(stored)
+    if stored is None or problem is not None:
+        raise _decoding_failed(users, user, problem or "no password stored")
+    hashed = bytes.fromhex(stored)
+    # Rule 5: bcrypt, on the password pool, never on the event loop.
+    try:
+        return await checker.check(password, hashed)
+    except HashDecodeError as exc:
+        raise _decoding_failed(users, user, str(exc)) from None
+    except Overloaded:
+        raise overloaded() from None
+
+
+async def waste_password_check(checker: PasswordChecker, password: str) -> None:
+    """The bcrypt work a wrong password costs, for a login with no user to check it against
+    (an unknown name or address), so the time of the answer does not tell which exist."""
+    try:
+        await checker.waste(password)
+    except Overloaded:
+        raise overloaded() from None

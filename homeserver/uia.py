@@ -10,9 +10,8 @@ import time
 from typing import Any
 
 from homeserver.errors import M_FORBIDDEN, M_UNKNOWN, M_UNRECOGNIZED, MatrixError, invalid_param, missing_param
-from homeserver.login import check_password
 from homeserver.names import local_name
-from homeserver.passwords import PasswordChecker
+from homeserver.passwords import PasswordChecker, check_password
 from homeserver.ratelimit import LoginLimits
 from homeserver.requester import Requester
 from homeserver.users import Users

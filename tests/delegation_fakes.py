@@ -121,6 +121,8 @@ class MasHandler(tornado.web.RequestHandler):
                     user.pop(key, None)
                 elif f"set_{key}" in body:
                     user[key] = body[f"set_{key}"]
+            if "locked" in body:
+                user["locked"] = body["locked"]
             fake.devices.setdefault(localpart, {})
             return self._answer(201 if created else 200)
         if user is None:

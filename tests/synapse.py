@@ -195,6 +195,11 @@ class Synapse:
                 "endpoint": self.mas_endpoint,
                 "secret": self.mas_secret,
             }
+            # As docs/delegation.md: the user store gives the profile (the name ends with the
+            # ident); users cannot set another one at Synapse, nor one per room.
+            config["enable_set_displayname"] = False
+            config["enable_set_avatar_url"] = False
+            config["allow_per_room_profiles"] = False
         return config
 
     def _write_config(self) -> None:

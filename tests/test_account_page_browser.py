@@ -52,7 +52,9 @@ class ThreadServer:
         synapse_sock, synapse_port = bind_unused_port()
         self.synapse = HTTPServer(fake_synapse_app(self.calls))
         self.synapse.add_sockets([synapse_sock])
-        self.hs.delegation = FakeDelegation(f"http://127.0.0.1:{synapse_port}")  # type: ignore[assignment]
+        self.hs.delegation = self.hs.account_page.delegation = FakeDelegation(  # type: ignore[assignment]
+            f"http://127.0.0.1:{synapse_port}"
+        )
 
     async def _stop(self) -> None:
         self.server.stop()

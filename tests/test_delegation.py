@@ -303,16 +303,18 @@ async def test_each_login_gets_its_own_device_and_synapse_has_it_first(fetch, lo
     second = await login()
     assert DEVICE_ID.fullmatch(first["device_id"]) and DEVICE_ID.fullmatch(second["device_id"])
     assert first["device_id"] != second["device_id"]
-    # Synapse's server_name is read once per process, on the first login.
-    assert synapse.names() == ["provision_user", "upsert_device", "query_user", "upsert_device"]
+    # Synapse's server_name is read once per process, on the first login; a later login
+    # reads Synapse's profile of the user (to put back one changed there).
+    assert synapse.names() == ["provision_user", "upsert_device", "query_user", "query_user", "upsert_device"]
     assert synapse.calls[0][1] == {
         "localpart": "alice",
         "set_displayname": "Alice [alice]",
         "set_avatar_url": "mxc://localhost/alice",
         "unset_emails": True,
+        "locked": False,
     }
     assert synapse.calls[1][1] == {"localpart": "alice", "device_id": first["device_id"], "display_name": "Alice's phone"}
-    assert synapse.calls[3][1] == {"localpart": "alice", "device_id": second["device_id"]}
+    assert synapse.calls[4][1] == {"localpart": "alice", "device_id": second["device_id"]}
     assert synapse.devices["alice"] == {first["device_id"]: "Alice's phone", second["device_id"]: None}
 
 
@@ -335,6 +337,7 @@ async def test_provisioned_again_only_when_the_profile_changed(login, synapse, h
         "set_displayname": "Alice Liddell [alice]",
         "set_avatar_url": "mxc://localhost/alice",
         "set_emails": ["alice@example.org"],
+        "locked": False,
     }
     await login()
     assert synapse.names().count("provision_user") == 2
@@ -345,7 +348,8 @@ async def test_a_user_synapse_lost_is_provisioned_again(login, synapse):
     synapse.users.clear()
     synapse.devices.clear()
     body = await login()
-    assert synapse.names()[-3:] == ["upsert_device", "provision_user", "upsert_device"]
+    # The login reads Synapse's profile, finds no user, and provisions before the device.
+    assert synapse.names()[-3:] == ["query_user", "provision_user", "upsert_device"]
     assert body["device_id"] in synapse.devices["alice"]
 
 
@@ -436,7 +440,9 @@ async def test_logout_deletes_the_device_at_synapse(fetch, login, synapse):
     resp = await fetch(LOGOUT, "POST", token=body["access_token"])
     assert assert_json(resp) == {}
     validate(resp, "logout.yaml", "/logout", "POST")
-    assert synapse.calls[-1] == ("delete_device", {"localpart": "alice", "device_id": body["device_id"]})
+    # Every end reaches Synapse one way: the devices still open here, synced (as MAS's SyncDevicesJob).
+    assert synapse.calls[-1] == ("sync_devices", {"localpart": "alice", "devices": [keep["device_id"]]})
+    assert "delete_device" not in synapse.names()
     assert list(synapse.devices["alice"]) == [keep["device_id"]]
 
 
@@ -454,7 +460,7 @@ async def test_device_deletion_reaches_synapse(fetch, login, synapse):
     auth = {"type": "m.login.password", "identifier": {"type": "m.id.user", "user": "alice"}, "password": "wonderland"}
     resp = await fetch(f"{DEVICES}/{one}", "DELETE", token=main["access_token"], json_body={"auth": auth})
     assert resp.status == 200, resp
-    assert synapse.calls[-1] == ("delete_device", {"localpart": "alice", "device_id": one})
+    assert synapse.calls[-1] == ("sync_devices", {"localpart": "alice", "devices": sorted([main["device_id"], two, three])})
     resp = await fetch(
         "/_matrix/client/v3/delete_devices", "POST", token=main["access_token"], json_body={"devices": [two, three], "auth": auth}
     )
@@ -481,9 +487,9 @@ async def test_rename_reaches_synapse_first(fetch, login, synapse):
 
 async def test_revoke_and_the_sweep_reach_synapse(login, synapse, hs, users_path):
     one = await login()
-    await login()
+    two = await login()
     await hs.devices.revoke("alice", [one["device_id"]])
-    assert synapse.calls[-1] == ("delete_device", {"localpart": "alice", "device_id": one["device_id"]})
+    assert synapse.calls[-1] == ("sync_devices", {"localpart": "alice", "devices": [two["device_id"]]})
     await hs.devices.revoke("alice", None)
     assert synapse.calls[-1] == ("sync_devices", {"localpart": "alice", "devices": []})
     await login("bob", "builder")
@@ -605,16 +611,16 @@ async def test_cli_revoke_reaches_synapse(tmp_path, synapse, login, session_stor
     phone = (await login(device_id="PHONE"))["device_id"]
     await login(device_id="DESK")
     code, out, err = await run_py(tmp_path, synapse, users_path, "sessions", "revoke", "alice", "--device", phone)
-    assert (code, out) == (0, "revoked 1 sessions of device PHONE of @alice:localhost\n")
-    # Standard error holds the revocation's audit line, nothing else.
+    assert (code, out) == (0, "Ended 1 session of device PHONE of @alice:localhost.\n")
+    # Not at a terminal, standard error holds the revocation's audit line, nothing else.
     assert err.count("\n") == 1 and 'audit revoke user="alice" device="PHONE" client="cli"' in err, err
-    assert synapse.calls[-1] == ("delete_device", {"localpart": "alice", "device_id": "PHONE"})
+    assert synapse.calls[-1] == ("sync_devices", {"localpart": "alice", "devices": ["DESK"]})
     await synapse.stop()
     code, out, err = await run_py(tmp_path, synapse, users_path, "sessions", "revoke", "alice", "--all")
     assert code == 0, err
     assert out.splitlines() == [
-        "revoked 1 sessions of @alice:localhost",
-        "Synapse could not be told yet: the running server tells it as soon as it answers",
+        "Ended 1 session of @alice:localhost.",
+        "Synapse could not be told yet: the running server tells it as soon as it answers.",
     ]
     assert set(await session_store.resyncs()) == {"alice"}
 
@@ -627,25 +633,31 @@ async def test_cli_delegation_sync(tmp_path, synapse, login, session_store, user
     code, out, err = await run_py(tmp_path, synapse, users_path, "delegation", "sync")
     assert code == 0, err
     assert out.splitlines() == [
-        "@alice:localhost: created at Synapse; devices PHONE",
-        "@bob:localhost: created at Synapse; devices DESK",
+        "@alice:localhost: created at Synapse; devices with a session here: PHONE",
+        "@bob:localhost: created at Synapse; devices with a session here: DESK",
+        "Synapse has the users and devices of the sessions here: 2 users (2 created).",
     ]
     assert synapse.devices["alice"] == {"PHONE": None} and synapse.devices["bob"] == {"DESK": None}
     assert a["device_id"] == "PHONE"
-    # Again: nothing new, the same devices; a user with only a pending resync is synced too.
+    # Again: alice unchanged, bob renamed at Synapse (put back); a user with only a pending
+    # resync is synced too.
     await session_store.mark_resync("carol", 1)
+    synapse.users["bob"]["displayname"] = "Bobby"
     code, out, err = await run_py(tmp_path, synapse, users_path, "delegation", "sync")
     assert code == 0, err
     assert out.splitlines() == [
-        "@alice:localhost: updated at Synapse; devices PHONE",
-        "@bob:localhost: updated at Synapse; devices DESK",
-        "@carol:localhost: not in the user store; devices none",
+        "@alice:localhost: unchanged at Synapse; devices with a session here: PHONE",
+        "@bob:localhost: updated at Synapse; devices with a session here: DESK",
+        "@carol:localhost: not in the user store; devices with a session here: none",
+        "Synapse has the users and devices of the sessions here: 3 users (1 updated, 1 unchanged, "
+        "1 not in the user store).",
     ]
+    assert synapse.users["bob"]["displayname"] == "bob-ident"
     assert await session_store.resyncs() == {}
     # Synapse away: one line, exit 1.
     await synapse.stop()
     code, out, err = await run_py(tmp_path, synapse, users_path, "delegation", "sync")
-    assert code == 1 and err.startswith("homeserver: error: Synapse did not take it: provision_user: ") and err.count("\n") == 1, err
+    assert code == 1 and err.startswith("homeserver: error: Synapse did not take it: query_user: ") and err.count("\n") == 1, err
 
 
 def test_a_server_starts_before_synapse_and_says_so(start):
@@ -674,6 +686,57 @@ async def test_resync_refused_is_said_once_and_kept(login, synapse, hs, session_
     assert await session_store.resyncs() == {}
 
 
+@pytest.mark.parametrize(
+    ("mode", "localpart", "refusal"),
+    [
+        ("wrong_secret", "alice", "SynapseMisconfigured"),
+        ("no_api", "alice", "SynapseMisconfigured"),
+        ("ok", "Carol", "SynapseBadName"),
+        ("error", "alice", "SynapseUnreachable"),
+        ("garbage", "alice", "SynapseUnreachable"),
+    ],
+)
+async def test_synapse_refusals_are_classified_once_as_types(synapse, mode, localpart, refusal):
+    """The client says what a refusal is by its type (callers test no status or errcode)."""
+    from homeserver import delegation
+
+    client = delegation.SynapseClient(synapse.url, SECRET, timeout=2.0)
+    synapse.mode = mode
+    try:
+        with pytest.raises(delegation.SynapseError) as caught:
+            await client.provision_user(localpart, display_name=None, avatar_url=None, emails=[])
+        assert type(caught.value) is getattr(delegation, refusal)
+        assert isinstance(caught.value, delegation.SynapseRefused) == (refusal not in ("SynapseUnreachable",))
+        synapse.mode = "ok"
+        with pytest.raises(delegation.SynapseNotFound):
+            await client.query_user("nobody")
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("mode", ["no_api", "wrong_secret"])
+async def test_a_resync_round_stops_at_a_misconfigured_synapse(login, synapse, hs, session_store, monkeypatch, mode):
+    """Every marked user would fail alike: the round asks Synapse once, then waits."""
+    await login()
+    await login("bob", "builder")
+    await session_store.mark_resync("alice", 7)
+    await session_store.mark_resync("bob", 7)
+    asked: list[str] = []
+    sync = hs.delegation.client.sync_devices
+
+    async def counted(localpart: str, device_ids: list[str]) -> None:
+        asked.append(localpart)
+        await sync(localpart, device_ids)
+
+    monkeypatch.setattr(hs.delegation.client, "sync_devices", counted)
+    synapse.mode = mode
+    assert await hs.delegation.resync_pending() == (0, 2)
+    assert asked == ["alice"]
+    synapse.mode = "ok"
+    assert await hs.delegation.resync_pending() == (2, 0)
+    assert asked == ["alice", "alice", "bob"]
+
+
 @pytest.fixture
 def metrics_on(config_overrides):
     return {**config_overrides, "metrics": {"enabled": True}}
@@ -691,8 +754,9 @@ async def test_synapse_calls_are_counted(make_config, metrics_on, backend, sessi
         lines = text.decode()
         assert 'homeserver_synapse_calls_total{call="upsert_device",outcome="ok"} 1.0' in lines
         assert 'homeserver_synapse_calls_total{call="provision_user",outcome="ok"} 1.0' in lines
-        assert 'homeserver_synapse_calls_total{call="delete_device",outcome="unreachable"} 1.0' in lines
-        assert 'homeserver_synapse_calls_total{call="sync_devices",outcome="unreachable"} 1.0' in lines
+        # The logout's sync, then the resync's: both unreachable.
+        assert 'homeserver_synapse_calls_total{call="sync_devices",outcome="unreachable"} 2.0' in lines
+        assert 'call="delete_device"' not in lines
         assert "homeserver_delegation_resyncs_pending 1.0" in lines
         assert 'homeserver_synapse_call_duration_seconds_count{call="upsert_device"} 1.0' in lines
     finally:

@@ -46,11 +46,12 @@ def recipe() -> dict[str, Any]:
     }
 
 
-def run(script: str, home: Path, log: Path) -> None:
-    """One bash, as a reader's terminal; output to a file (slapd, started in it, keeps no pipe)."""
+def run(script: str, home: Path, log: Path, typed: str = "") -> None:
+    """One bash, as a reader's terminal, `typed` what the reader types at its prompts (the one
+    reader of standard input: hash-password); output to a file (slapd, started in it, keeps no pipe)."""
     with open(log, "w") as out:
         done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=ROOT, stdout=out,
-                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=120,
+                              stderr=subprocess.STDOUT, input=typed.encode(), timeout=120,
                               env={**os.environ, "HOME": str(home)})
     assert done.returncode == 0, f"{script}\n---\n{log.read_text()}"
 
@@ -81,7 +82,7 @@ def directory(tmp_path: Path) -> Iterator[dict[str, Any]]:
     keep = "".join(f"printf '%s=%q\\n' {name} \"${name}\" >> {shlex.quote(str(saved))}\n" for name in names)
     folder = home / "ldap-try"
     try:
-        run("\n".join([private, *parts["steps"], keep]), home, tmp_path / "recipe.log")
+        run("\n".join([private, *parts["steps"], keep]), home, tmp_path / "recipe.log", typed="wonderland\n")
         yield {"home": home, "folder": folder, "variables": saved.read_text(), "log": tmp_path / "recipe.log",
                "parts": parts}
     finally:

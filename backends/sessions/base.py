@@ -93,6 +93,14 @@ class SessionStore(abc.ABC):
         session ended (a device ids once per session)."""
 
     @abc.abstractmethod
+    async def refingerprint(
+        self, user: str, identity_fps: list[str], password_fps: list[str] | None, new: tuple[str, str] | None
+    ) -> int:
+        """The user's open sessions `end_stale` would keep with these fingerprints (those
+        without fingerprints aside): how many; with `new` (identity, password) they carry
+        those from then on (`run.py sessions adopt`: the user store changed)."""
+
+    @abc.abstractmethod
     async def devices(self, user: str) -> list[Device]:
         """The user's devices with at least one open session."""
 

@@ -17,6 +17,7 @@ from backends.sessions.redis_scripts import (
     END_STALE,
     OPEN,
     RATE_LIMIT,
+    REFINGERPRINT,
     RENAME,
     TOUCH,
 )
@@ -144,6 +145,14 @@ class RedisSessionStore(SessionStore):
         args += ["0"] if password_fps is None else ["1", *password_fps]
         ended = await self._script(END_STALE, [f"{base}devices"], args)
         return [text(device) for device in ended]
+
+    async def refingerprint(
+        self, user: str, identity_fps: list[str], password_fps: list[str] | None, new: tuple[str, str] | None
+    ) -> int:
+        base = self.base(user)
+        args: list[Any] = [base, *(new or ("", "")), len(identity_fps), *identity_fps]
+        args += ["0"] if password_fps is None else ["1", *password_fps]
+        return int(await self._script(REFINGERPRINT, [f"{base}devices"], args))
 
     # -- devices --------------------------------------------------------------------
 

@@ -134,6 +134,29 @@ end
 return ended
 """
 
+# KEYS: devices hash. ARGV: base, new identity fingerprint ("" to count only), new password
+# fingerprint, the number of identity fingerprints, those, "1" to check passwords (else "0"),
+# the password fingerprints. Returns how many open sessions match (and were given the new ones).
+REFINGERPRINT = _COMMON + """
+local base, new_identity, new_password = ARGV[1], ARGV[2], ARGV[3]
+local n = tonumber(ARGV[4])
+local identities, passwords = {}, {}
+for i = 5, 4 + n do identities[ARGV[i]] = true end
+local check_password = ARGV[5 + n] == '1'
+for i = 6 + n, #ARGV do passwords[ARGV[i]] = true end
+local count = 0
+for _, device in ipairs(redis.call('HKEYS', KEYS[1])) do
+  for _, key in ipairs(live(base, device)) do
+    local fp = redis.call('HMGET', key, 'identity_fp', 'password_fp')
+    if fp[1] and identities[fp[1]] and (not check_password or not fp[2] or passwords[fp[2]]) then
+      count = count + 1
+      if new_identity ~= '' then redis.call('HSET', key, 'identity_fp', new_identity, 'password_fp', new_password) end
+    end
+  end
+end
+return count
+"""
+
 # KEYS: devices hash. ARGV: base, one device id or "" for all.
 # Returns device, name, last ip, last ts for each device with an open session.
 DEVICES = _COMMON + """

@@ -268,6 +268,21 @@ class SqliteSessionStore(SessionStore):
 
         return await self._write(run)
 
+    async def refingerprint(
+        self, user: str, identity_fps: list[str], password_fps: list[str] | None, new: tuple[str, str] | None
+    ) -> int:
+        where = f"user = ? AND ended_ts IS NULL AND identity_fp IN ({', '.join('?' * len(identity_fps))})"
+        args: list[Any] = [user, *identity_fps]
+        if password_fps is not None:
+            where += f" AND (password_fp IS NULL OR password_fp IN ({', '.join('?' * len(password_fps))}))"
+            args += password_fps
+        if new is None:
+            return int(await self._write(
+                lambda: self._conn().execute(f"SELECT COUNT(*) FROM sessions WHERE {where}", args).fetchone()[0]
+            ))
+        update = f"UPDATE sessions SET identity_fp = ?, password_fp = ? WHERE {where}"
+        return await self._write(self._transaction(lambda conn: conn.execute(update, [*new, *args]).rowcount))
+
     @staticmethod
     def _drop_unused_devices(conn: sqlite3.Connection, user: str, device_ids: list[str]) -> None:
         """A device lives while a session of it is open: forget those with none left."""

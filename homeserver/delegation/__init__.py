@@ -1,10 +1,12 @@
 """This server as the authentication service of a Synapse (`[delegation]`, docs/delegation.md)."""
 
-from homeserver.delegation.service import Delegation, new_device_id
+from homeserver.delegation.service import Delegation
 from homeserver.delegation.settings import DelegationSettings, load_delegation_settings
 from homeserver.delegation.synapse import (
+    SynapseBadName,
     SynapseClient,
     SynapseError,
+    SynapseMisconfigured,
     SynapseNotFound,
     SynapseRefused,
     SynapseUnreachable,
@@ -13,11 +15,12 @@ from homeserver.delegation.synapse import (
 __all__ = [
     "Delegation",
     "DelegationSettings",
+    "SynapseBadName",
     "SynapseClient",
     "SynapseError",
+    "SynapseMisconfigured",
     "SynapseNotFound",
     "SynapseRefused",
     "SynapseUnreachable",
     "load_delegation_settings",
-    "new_device_id",
 ]

@@ -2,34 +2,48 @@
 
 What Synapse must be told, and when (docs/delegation.md):
 
-- a login: the user provisioned (first login, or the profile changed) and the device
+- a login: the user provisioned (first login, the profile or the lock changed, or Synapse's
+  profile differs from the store's: someone renamed the user there) and the device
   upserted, before the login answers; when Synapse cannot be reached the login is refused
   (503) and no session is left behind;
-- every end of a session: the device deleted at Synapse (one device) or the user's devices
-  synced (several, or all), before the answer. When Synapse is away then, the session
-  still ends here at once and the user is marked in the session store for a resync;
-  a loop retries until Synapse has the user's devices as they are here (`sync_devices`,
-  idempotent), so neither side's restart loses a sign-out.
+- a lock or an unlock: `provision_user`'s `locked` (which keeps a locked user out of Synapse's
+  user directory; its tokens are refused by introspection, Synapse's MAS mode has no answer
+  for "locked"), at the users file's reload, the sweep, or the next login;
+- every end of a session, one way: the user's devices synced (`sync_devices`: Synapse's
+  devices made those with an open session here), before the answer. As MAS turned its
+  DeleteDeviceJob into SyncDevicesJob: a device deleted by name could be one a login in
+  another process just opened again; a sync sends what is open, then upserts again any
+  device opened meanwhile. When Synapse is away then, the session still ends here at once
+  and the user is marked in the session store for a resync; a loop retries the same sync
+  until Synapse has the user's devices as they are here, so neither side's restart loses a
+  sign-out.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import hmac
 import json
 import logging
-import secrets
-import string
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from backends.base import StoreUnavailable, User, canonical_email
+from homeserver.delegation.locks import KeyedLocks
 from homeserver.delegation.settings import DelegationSettings
-from homeserver.delegation.synapse import SynapseClient, SynapseError, SynapseNotFound, SynapseUnreachable
-from homeserver.errors import M_INVALID_USERNAME, M_UNKNOWN, M_UNRECOGNIZED, MatrixError
+from homeserver.delegation.synapse import (
+    SynapseBadName,
+    SynapseClient,
+    SynapseError,
+    SynapseMisconfigured,
+    SynapseNotFound,
+    SynapseUnreachable,
+)
+from homeserver.errors import M_UNKNOWN, MatrixError
 from homeserver.profile import profile_body
 from homeserver.sessions import Sessions
 
@@ -38,19 +52,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-DEVICE_ID_LENGTH = 10
-# Synapse refuses (500) a token whose device id is longer.
-MAX_DEVICE_ID = 255
 # Synapse's bounds on profile fields (synapse.handlers.profile): longer ones are refused.
 MAX_DISPLAY_NAME = 256
 MAX_AVATAR_URL = 1000
 RETRY_AFTER = 5  # seconds, in the 503 of a login Synapse did not take
 PROBE_LOCALPART = "homeserver-delegation-probe"
-
-
-def new_device_id() -> str:
-    """A device id for a login that names none: 10 random letters A-Z, as MAS makes them."""
-    return "".join(secrets.choice(string.ascii_uppercase) for _ in range(DEVICE_ID_LENGTH))
 
 
 def synapse_unavailable() -> MatrixError:
@@ -75,28 +81,20 @@ def profile_for_synapse(user: User) -> tuple[str | None, str | None, list[str]]:
 
 
 def profile_digest(user: User) -> str:
-    return hashlib.sha256(json.dumps(profile_for_synapse(user)).encode("utf-8", "surrogatepass")).hexdigest()
+    """The digest of what `provision_user` tells Synapse of the user: the profile and the lock."""
+    told = [*profile_for_synapse(user), user.locked]
+    return hashlib.sha256(json.dumps(told).encode("utf-8", "surrogatepass")).hexdigest()
 
 
-class KeyedLocks:
-    """One asyncio lock per key, forgotten when nobody holds or waits for it."""
+def profile_matches(found: dict[str, object], user: User) -> bool:
+    """Whether Synapse's profile of the user (`query_user`) is the one the store gives.
 
-    def __init__(self) -> None:
-        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
-
-    @contextlib.asynccontextmanager
-    async def hold(self, key: str) -> AsyncIterator[None]:
-        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
-        self._locks[key] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[key]
-            if users == 1:
-                del self._locks[key]
-            else:
-                self._locks[key] = (lock, users - 1)
+    Synapse keeps a display name stripped of outer white space, and none for "".
+    """
+    display, avatar, _ = profile_for_synapse(user)
+    theirs_display = found.get("display_name") or None
+    theirs_avatar = found.get("avatar_url") or None
+    return theirs_display == ((display or "").strip() or None) and theirs_avatar == (avatar or None)
 
 
 class Delegation:
@@ -146,7 +144,7 @@ class Delegation:
         """
         async with self._locks.hold(user.name):
             try:
-                await self._provision_if_changed(user)
+                await self._provision_unless_same(user)
                 try:
                     await self.client.upsert_device(user.name, device_id, display_name)
                 except SynapseNotFound:
@@ -157,7 +155,7 @@ class Delegation:
                     # Once per process, on the first login: Synapse's user ID shows its server_name.
                     await self.check_server_name(user.name)
             except SynapseError as exc:
-                if exc.errcode == M_INVALID_USERNAME:
+                if isinstance(exc, SynapseBadName):
                     logger.error(
                         "delegation: Synapse refuses the user name %r (%s): Matrix user names are lower-case "
                         "a-z, 0-9 and ._=-/+ (with LDAP, see backend.ldap.lowercase_user_ids)",
@@ -175,16 +173,55 @@ class Delegation:
                 await self._mark(user.name)
                 raise
 
-    async def _provision_if_changed(self, user: User) -> None:
+    async def _provision_unless_same(self, user: User) -> str:
+        """Provision the user unless Synapse has them as the store does: "created", "updated"
+        or "unchanged". What was last told is remembered (its digest, in the session store);
+        when that is still the store's, Synapse's own profile is read (`query_user`, one
+        cheap read), so a name an admin set there is put back by the next login. Raises
+        SynapseError."""
         digest = profile_digest(user)
-        if await self.sessions.store.provisioned(user.name) != digest:
-            await self._provision(user, digest)
+        if await self.sessions.store.provisioned(user.name) == digest:
+            try:
+                found = await self.client.query_user(user.name)
+            except SynapseNotFound:  # Synapse lost the user (its database was reset)
+                found = None
+            if found is not None:
+                self._check_server_name(found)
+                if profile_matches(found, user):
+                    return "unchanged"
+                logger.info("delegation: %r has another profile at Synapse than in the user store: put back", user.name)
+        return "created" if await self._provision(user, digest) else "updated"
+
+    async def provision_if_changed(self, user: User) -> None:
+        """Tell Synapse the user's profile and lock when they changed since it was last told
+        (the sweep, a users-file reload); a failure is logged and left to the next time.
+
+        Not under the user's lock: an end of sessions must not wait for it (provisioning twice
+        is harmless). A change of the lock alone sends only the lock: the profile (and the
+        rooms' member events) stay untouched at Synapse."""
+        try:
+            told = await self.sessions.store.provisioned(user.name)
+            digest = profile_digest(user)
+            # Never told (never logged in since delegation): their first login provisions.
+            if told is None or told == digest:
+                return
+            if told == profile_digest(dataclasses.replace(user, locked=not user.locked)):
+                await self.client.set_locked(user.name, user.locked)
+                await self.sessions.store.set_provisioned(user.name, digest)
+                logger.info("delegation: %s %r at Synapse", "locked" if user.locked else "unlocked", user.name)
+            else:
+                await self._provision(user, digest)
+        except (SynapseError, StoreUnavailable) as exc:
+            logger.warning("delegation: %r not updated at Synapse yet: %s", user.name, exc)
 
     async def _provision(self, user: User, digest: str | None = None) -> bool:
         display, avatar, emails = profile_for_synapse(user)
-        created = await self.client.provision_user(user.name, display_name=display, avatar_url=avatar, emails=emails)
+        created = await self.client.provision_user(
+            user.name, display_name=display, avatar_url=avatar, emails=emails, locked=user.locked
+        )
         await self.sessions.store.set_provisioned(user.name, digest or profile_digest(user))
-        logger.info("delegation: %s %r at Synapse", "created" if created else "updated", user.name)
+        logger.info("delegation: %s %r at Synapse%s", "created" if created else "updated", user.name,
+                    " (locked)" if user.locked else "")
         return created
 
     async def check_server_name(self, localpart: str) -> None:
@@ -192,6 +229,11 @@ class Delegation:
         try:
             found = await self.client.query_user(localpart)
         except SynapseError:
+            return
+        self._check_server_name(found)
+
+    def _check_server_name(self, found: dict[str, object]) -> None:
+        if self._server_name_checked:
             return
         self._server_name_checked = True
         theirs = str(found.get("user_id", "")).partition(":")[2]
@@ -205,27 +247,10 @@ class Delegation:
 
     # -- ends of sessions -------------------------------------------------------------
 
-    async def devices_ended(self, user: str, device_ids: list[str] | None) -> bool:
-        """After sessions ended here: the one device deleted at Synapse (unless a session of
-        it is still open), or the user's devices synced; True when Synapse has it."""
-        if device_ids is not None and len(set(device_ids)) == 1:
-            device_id = device_ids[0]
-            async with self._locks.hold(user):
-                try:
-                    if await self.sessions.store.device(user, device_id) is not None:
-                        return True  # another session of the device is open (logins before delegation)
-                    await self.client.delete_device(user, device_id)
-                    return True
-                except SynapseNotFound:
-                    return True  # Synapse has no such user: nothing of theirs is left there
-                except (SynapseError, StoreUnavailable) as exc:
-                    logger.warning("delegation: device %s of %r not deleted at Synapse yet: %s", device_id, user, exc)
-                    await self._mark(user)
-                    return False
-        return await self.sync_devices(user)
-
     async def sync_devices(self, user: str) -> bool:
-        """Tell Synapse the user's devices as they are here; True when it has them."""
+        """After sessions of the user ended here (every way they end): Synapse told the
+        user's devices as they are here; True when it has them, else the user is marked for
+        the resync."""
         async with self._locks.hold(user):
             try:
                 await self._sync(user)
@@ -286,11 +311,9 @@ class Delegation:
                     await self._sync(user)
                 except SynapseNotFound:
                     pass
-                except SynapseUnreachable:
-                    break  # the others would fail alike: next round
+                except (SynapseUnreachable, SynapseMisconfigured):
+                    break  # away, a wrong secret, no API (said once by the client): the others alike
                 except SynapseError as exc:
-                    if exc.status in (401, 403, 405) or exc.errcode == M_UNRECOGNIZED:
-                        break  # a wrong secret, no API (said once by the client): the others alike
                     if self._refusals.get(user) != str(exc):  # said once, not at every round
                         self._refusals[user] = str(exc)
                         logger.warning("delegation: resync of %r refused, retrying: %s", user, exc)
@@ -303,21 +326,23 @@ class Delegation:
             self.metrics.observe_resyncs_pending(len(pending) - done)
         return done, len(pending) - done
 
-    async def sync_user(self, name: str, user: User | None) -> str:
-        """`run.py delegation sync` for one user: provision (when still in the user store),
-        then Synapse's devices made ours; what was done, in words. Raises SynapseError."""
+    async def sync_user(self, name: str, user: User | None) -> tuple[str, list[str]]:
+        """`run.py delegation sync` for one user: provisioned unless Synapse has them as the
+        store does (when still in the user store), then Synapse's devices made those of the
+        sessions here. What was done ("created", "updated", "unchanged", "not in the user
+        store") and the devices. Raises SynapseError."""
         async with self._locks.hold(name):
             pending = (await self.sessions.store.resyncs()).get(name)
             done = "not in the user store"
             if user is not None:
-                done = "created at Synapse" if await self._provision(user) else "updated at Synapse"
+                done = await self._provision_unless_same(user)
             try:
                 devices = await self._sync(name)
             except SynapseNotFound:  # a user Synapse never had has no devices there
                 devices = sorted(d.device_id for d in await self.sessions.store.devices(name))
             if pending is not None:
                 await self.sessions.store.clear_resync(name, pending)
-        return f"{done}; devices {' '.join(devices) or 'none'}"
+        return done, devices
 
     async def probe(self) -> bool:
         """One read-only call Synapse must answer: True when it takes our secret (a wrong

@@ -1,11 +1,18 @@
 """A client for Synapse's `/_synapse/mas/` API: the calls an authentication service makes.
 
 Every call carries `Authorization: Bearer <shared secret>`, has a bounded time (connect
-included) and a bounded answer. Failures are one of three exceptions:
-`SynapseUnreachable` (no answer, a 5xx, a malformed answer: worth retrying),
-`SynapseRefused` (a wrong secret, no such API, a 4xx: retrying will not help), and
-`SynapseNotFound` (Synapse has no such user or device). A problem (wrong secret, Synapse
-down) is logged in one plain line when first seen, and again only once it changes.
+included) and a bounded answer. Synapse's refusals are classified here, once, into the
+types callers test (never a status or an errcode):
+
+- `SynapseUnreachable`: no answer, a 5xx, a malformed answer: worth retrying;
+- `SynapseRefused`: a 4xx, retrying this call will not help; of which
+  - `SynapseNotFound`: Synapse has no such user (or device);
+  - `SynapseMisconfigured`: a wrong secret or no `/_synapse/mas/` API: every call fails
+    alike until the operator mends it;
+  - `SynapseBadName`: a user name Synapse does not take (M_INVALID_USERNAME).
+
+A problem (wrong secret, Synapse down) is logged in one plain line when first seen, and
+again only once it changes.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from typing import Any
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest, HTTPResponse
 
-from homeserver.errors import M_NOT_FOUND
+from homeserver.errors import M_INVALID_USERNAME, M_NOT_FOUND, M_UNRECOGNIZED
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +53,15 @@ class SynapseRefused(SynapseError):
 
 class SynapseNotFound(SynapseRefused):
     """404 M_NOT_FOUND: Synapse has no such user (or device)."""
+
+
+class SynapseMisconfigured(SynapseRefused):
+    """401/403 (the shared secret is not Synapse's) or no `/_synapse/mas/` API (404/405 or
+    M_UNRECOGNIZED): every call fails alike, so a round of retries stops at the first."""
+
+
+class SynapseBadName(SynapseRefused):
+    """400 M_INVALID_USERNAME: a user name Synapse does not take (upper case, say)."""
 
 
 class SynapseClient:
@@ -89,8 +105,13 @@ class SynapseClient:
         display_name: str | None,
         avatar_url: str | None,
         emails: list[str],
+        locked: bool | None = None,
     ) -> bool:
-        """Create the user or update its profile; True when created (201)."""
+        """Create the user or update its profile (and its lock, unless None); True when created (201).
+
+        Synapse keeps `locked` to leave the user out of its user directory; under delegation
+        it refuses no token for it (introspection does).
+        """
         body: dict[str, Any] = {"localpart": localpart}
         if display_name:
             body["set_displayname"] = display_name
@@ -104,8 +125,14 @@ class SynapseClient:
             body["set_emails"] = emails
         else:
             body["unset_emails"] = True
+        if locked is not None:
+            body["locked"] = locked
         status, _ = await self._call("POST", "provision_user", body)
         return status == 201
+
+    async def set_locked(self, localpart: str, locked: bool) -> None:
+        """Only the user's lock (`provision_user` with nothing else: the profile stays)."""
+        await self._call("POST", "provision_user", {"localpart": localpart, "locked": locked})
 
     async def upsert_device(self, localpart: str, device_id: str, display_name: str | None) -> bool:
         """Create the device or keep it (its keys stay); True when created (201)."""
@@ -115,12 +142,10 @@ class SynapseClient:
         status, _ = await self._call("POST", "upsert_device", body)
         return status == 201
 
-    async def delete_device(self, localpart: str, device_id: str) -> None:
-        """Delete the device, its tokens and keys: Synapse refuses its token from the next request on."""
-        await self._call("POST", "delete_device", {"localpart": localpart, "device_id": device_id})
-
     async def sync_devices(self, localpart: str, device_ids: list[str]) -> None:
-        """Make the user's devices at Synapse exactly these (others deleted, missing ones made)."""
+        """Make the user's devices at Synapse exactly these (others deleted, missing ones made):
+        how every end of a session reaches Synapse (no delete_device, whose device a login
+        elsewhere may have just opened again)."""
         await self._call("POST", "sync_devices", {"localpart": localpart, "devices": sorted(set(device_ids))})
 
     async def update_device_display_name(self, localpart: str, device_id: str, display_name: str) -> None:
@@ -190,12 +215,14 @@ class SynapseClient:
         error = answer.get("error") if answer else None
         text = f"{name}: {response.code} {errcode or ''} {error or _reason(response)}".replace("  ", " ")
         if response.code in (401, 403):
-            raise self._problem_seen(SynapseRefused(text, response.code, errcode), secret=True)
+            raise self._problem_seen(SynapseMisconfigured(text, response.code, errcode), secret=True)
         if response.code == 404 and errcode == M_NOT_FOUND:
             self._healthy()
             raise SynapseNotFound(text, 404, errcode)
-        if response.code in (404, 405) and errcode != M_NOT_FOUND:
-            raise self._problem_seen(SynapseRefused(text, response.code, errcode), api=True)
+        if response.code in (404, 405) or errcode == M_UNRECOGNIZED:
+            raise self._problem_seen(SynapseMisconfigured(text, response.code, errcode), api=True)
+        if errcode == M_INVALID_USERNAME:
+            raise SynapseBadName(text, response.code, errcode)
         raise SynapseRefused(text, response.code, str(errcode) if errcode else None)
 
     def _problem_seen(self, exc: SynapseError, *, secret: bool = False, api: bool = False) -> SynapseError:

@@ -1,8 +1,10 @@
 """The account page (`/account/`, the account_management_uri): HTML for people, not the JSON API.
 
-These handlers do not inherit BaseHandler: no CORS, no JSON errors, but a strict
-Content-Security-Policy, Tornado's XSRF check on every form and the page's own signed
-cookie session (homeserver.account_page holds the logic). API paths keep their JSON errors.
+These handlers share the API's request plumbing but not BaseHandler (handlers/page_base.py):
+no CORS, no JSON errors, but a strict Content-Security-Policy, Tornado's XSRF check on every
+form and the page's own signed cookie session. The logic is the services': the page's own
+(`hs.account_page`), the login service's password check and `hs.devices`. API paths keep
+their JSON errors.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from tornado.web import HTTPError
 
 from backends.base import User
 from homeserver import account_page as page
-from homeserver.account_page import PageError, PageSession
+from homeserver.account_page import PageError, PageSession, page_error
+from homeserver.devices import device_body, display_name_of
 from homeserver.errors import MatrixError
 from homeserver.handlers.page_base import NOTICES, WHY_SIGNED_OUT, PageHandler, StylesheetHandler, page_url
+from homeserver.sessions import DEVICE_DELETED, LOGOUT_ALL
 
 logger = logging.getLogger(__name__)
 
@@ -41,14 +45,14 @@ class AccountPageHandler(PageHandler):
         assert user is not None
         values["current"] = action
         if action == page.PROFILE:
-            profile = page.profile_view(self.hs, user)
+            profile = self.account_page.profile_view(user)
             self.render_page("profile.html", status, profile=profile, notice=notice, title="Profile", **values)
             return
         if action == page.CROSS_SIGNING_RESET:
             self.render_page(
                 "reset.html",
                 status,
-                delegation=page.delegation_of(self.hs) is not None,
+                delegation=self.account_page.delegation is not None,
                 minutes=page.RESET_WINDOW_MINUTES,
                 notice=notice,
                 approved=notice == NOTICES["reset_allowed"],
@@ -57,13 +61,13 @@ class AccountPageHandler(PageHandler):
             )
             return
         if action in (page.SESSION_VIEW, page.SESSION_END) and device_id is not None:
-            device = await page.get_device(self.hs, user, device_id)
+            device = await self.device(user, device_id)
             if device is None:
                 error = f"You have no session {device_id!r}: it may be signed out already."
                 await self.sessions_page(404, notice=notice, error=error)
                 return
             template = "end.html" if action == page.SESSION_END else "session.html"
-            others = [d for d in await page.list_devices(self.hs, user) if d["device_id"] != device_id]
+            others = [d for d in await self.hs.devices.list_devices(user.name) if d.device_id != device_id]
             title = "Sign out a session" if action == page.SESSION_END else "Session"
             self.render_page(template, status, device=device, others=len(others), notice=notice, title=title, **values)
             return
@@ -73,11 +77,28 @@ class AccountPageHandler(PageHandler):
         """The sessions list: this page's own sign-ins (this browser marked) and the Matrix sessions."""
         user = self.user
         assert user is not None
-        values["devices"] = await page.list_devices(self.hs, user)
-        values["browsers"] = await self.sessions.list_open(user)
+        values["devices"] = [device_body(device) for device in await self.hs.devices.list_devices(user.name)]
+        values["browsers"] = await self.hs.pages.list_open(user.name)
         values["this_browser"] = self.session.nonce if self.session is not None else None
         values.setdefault("current", page.SESSIONS_LIST)
         self.render_page("sessions.html", status, title="Your sessions", **values)
+
+    async def device(self, user: User, device_id: str) -> dict[str, Any] | None:
+        """The user's device as the API shows it, or None when they have no such device."""
+        try:
+            return device_body(await self.hs.devices.get(user.name, device_id))
+        except MatrixError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def refused(self, exc: Exception, **kwargs: str) -> PageError:
+        """What the page says of a form's error (the one table: account_page.page_error), its
+        headers set on the answer."""
+        said = page_error(exc, **kwargs)
+        for header, value in said.headers.items():
+            self.set_header(header, value)
+        return said
 
     async def post(self) -> None:
         op = self.get_body_argument("op", "")
@@ -114,22 +135,21 @@ class AccountPageHandler(PageHandler):
         action = page.action_of(self.get_body_argument("action", None))
         device_id = self.get_body_argument("device_id", None) or None
         try:
-            user = await page.authenticate(self.hs, name, password, self.client_ip)
-        except PageError as exc:
-            for header, value in exc.headers.items():
-                self.set_header(header, value)
+            user = await self.hs.login.authenticate(name, password, self.client_ip, reason=page.AUDIT_REASON)
+        except MatrixError as exc:
+            said = self.refused(exc)
             self.render_page(
-                "signin.html", exc.status, action=action, device_id=device_id, error=exc.message, name=name,
+                "signin.html", said.status, action=action, device_id=device_id, error=said.message, name=name,
                 title="Sign in",
             )
             return
-        session = await self.sessions.open(user, self.client_ip, self.request.headers.get("User-Agent", ""))
+        session = await self.account_page.open(user, self.client_ip, self.request.headers.get("User-Agent", ""))
         self.set_signed_cookie(page.COOKIE, session.encode(), max_age=page.LIFETIME)
         logger.info("account page: %s signed in", user.name)
         self.go(action, device_id=device_id if action in (page.SESSION_VIEW, page.SESSION_END) else None)
 
     async def sign_out(self, user: User, session: PageSession) -> None:
-        await self.sessions.end(session)
+        await self.account_page.end(session)
         self.clear_cookie(page.COOKIE)
         self.go(notice="signed_out")
 
@@ -137,11 +157,12 @@ class AccountPageHandler(PageHandler):
         device_id = self.get_body_argument("device_id", "")
         name = self.get_body_argument("display_name", "").strip()
         try:
-            await page.rename_device(self.hs, user, device_id, name)
+            await self.hs.devices.rename(user.name, device_id, display_name_of({"display_name": name}))
         except MatrixError as exc:
             if exc.status >= 500:
-                raise
-            await self.show(page.SESSION_VIEW, device_id, status=exc.status, error=exc.message)
+                raise  # Synapse away: the error page says so
+            said = self.refused(exc)  # a name too long, no such device
+            await self.show(page.SESSION_VIEW, device_id, status=said.status, error=said.message)
             return
         self.go(page.SESSION_VIEW, device_id=device_id, notice="renamed")
 
@@ -149,8 +170,8 @@ class AccountPageHandler(PageHandler):
         device_id = self.get_body_argument("device_id", "")
         # A device the user does not have is a 404 before anything ends (with delegation,
         # nothing is asked of Synapse for it either).
-        if await page.get_device(self.hs, user, device_id) is None or not await page.end_devices(
-            self.hs, user, [device_id]
+        if await self.device(user, device_id) is None or not await self.hs.devices.end(
+            user.name, [device_id], DEVICE_DELETED
         ):
             # Gone already (another tab, another client): say so on the list.
             await self.show(page.SESSION_VIEW, device_id)
@@ -162,44 +183,40 @@ class AccountPageHandler(PageHandler):
         """Every session but one: the one kept must be the user's (404 otherwise, as `end`),
         and ending sessions in bulk asks for the password, as signing out everywhere does."""
         keep = self.get_body_argument("device_id", "")
-        if await page.get_device(self.hs, user, keep) is None:
+        if await self.device(user, keep) is None:
             await self.show(page.SESSION_VIEW, keep)
             return
         try:
-            await page.confirm_password(self.hs, user, self.get_body_argument("password", ""), self.client_ip)
-        except PageError as exc:
-            for header, value in exc.headers.items():
-                self.set_header(header, value)
-            await self.show(page.SESSION_VIEW, keep, status=exc.status, error=exc.message)
+            await self.account_page.confirm_password(user, self.get_body_argument("password", ""), self.client_ip)
+        except MatrixError as exc:
+            said = self.refused(exc, refused=page.WRONG_PASSWORD)
+            await self.show(page.SESSION_VIEW, keep, status=said.status, error=said.message)
             return
-        others = [d["device_id"] for d in await page.list_devices(self.hs, user) if d["device_id"] != keep]
+        others = [d.device_id for d in await self.hs.devices.list_devices(user.name) if d.device_id != keep]
         if others:
-            await page.end_devices(self.hs, user, others)
+            await self.hs.devices.end(user.name, others, DEVICE_DELETED)
         logger.info("account page: %s signed out %d devices but %r", user.name, len(others), keep)
         self.go(page.SESSION_VIEW, device_id=keep, notice="ended_others")
 
     async def end_all(self, user: User, session: PageSession) -> None:
         try:
-            await page.confirm_password(self.hs, user, self.get_body_argument("password", ""), self.client_ip)
-        except PageError as exc:
-            for header, value in exc.headers.items():
-                self.set_header(header, value)
-            await self.sessions_page(exc.status, error=exc.message)
+            await self.account_page.confirm_password(user, self.get_body_argument("password", ""), self.client_ip)
+        except MatrixError as exc:
+            said = self.refused(exc, refused=page.WRONG_PASSWORD)
+            await self.sessions_page(said.status, error=said.message)
             return
-        await page.end_devices(self.hs, user, None)
-        await self.sessions.end(session)
+        await self.hs.devices.end(user.name, None, LOGOUT_ALL)
+        await self.account_page.end(session)
         self.clear_cookie(page.COOKIE)
         logger.info("account page: %s signed out everywhere", user.name)
         self.go(notice="signed_out_everywhere")
 
     async def approve_reset(self, user: User, session: PageSession) -> None:
         try:
-            await page.confirm_password(self.hs, user, self.get_body_argument("password", ""), self.client_ip)
-            await page.allow_cross_signing_reset(self.hs, user)
-        except PageError as exc:
-            for header, value in exc.headers.items():
-                self.set_header(header, value)
-            await self.show_reset_error(exc)
+            await self.account_page.confirm_password(user, self.get_body_argument("password", ""), self.client_ip)
+            await self.account_page.allow_cross_signing_reset(user)
+        except (MatrixError, PageError) as exc:
+            await self.show_reset_error(self.refused(exc, refused=page.WRONG_PASSWORD))
             return
         logger.info("account page: %s approved a cross-signing reset", user.name)
         self.go(page.CROSS_SIGNING_RESET, notice="reset_allowed")
@@ -209,7 +226,7 @@ class AccountPageHandler(PageHandler):
             "reset.html",
             exc.status,
             current=page.CROSS_SIGNING_RESET,
-            delegation=page.delegation_of(self.hs) is not None,
+            delegation=self.account_page.delegation is not None,
             minutes=page.RESET_WINDOW_MINUTES,
             approved=False,
             error=exc.message,

@@ -1,4 +1,8 @@
-"""The base handler: CORS, exact JSON responses, Matrix errors, JSON bodies and access tokens."""
+"""The handlers' bases: the request plumbing every handler shares (`ServerHandler`: the server's
+parts, in-flight tracking, the client's address, the request ID, the log of unexpected errors),
+and the API's (`BaseHandler`: CORS, exact JSON responses, Matrix errors, access tokens). The
+account page's base (handlers/page_base.py) is the plumbing's other child: as jupyter_server's
+`APIHandler` beside its page handlers, each side changes its headers and `write_error` only."""
 
 from __future__ import annotations
 
@@ -53,18 +57,21 @@ def _http_date() -> str:
     return _date[1]
 
 
-class BaseHandler(RequestHandler):
-    """Every handler's base: no HTML, no charset suffix, CORS everywhere, OPTIONS answered."""
+class ServerHandler(RequestHandler):
+    """Every handler's plumbing, API or page: the server's parts, the request tracked while in
+    flight (a graceful shutdown waits for it), the client's address, the request ID."""
 
     # The server's parts (homeserver.context): every handler's one door to them (set by
     # clear(), which Tornado calls first of all, so an attribute rather than a lookup).
     hs: HomeServer
-    requester: Requester | None = None
-    # The access line's level when the handler says its answer is expected (homeserver.logs);
-    # None: by the status.
-    access_log_level: int | None = None
+    # Errors a handler raises to answer (its write_error says them): not logged as faults.
+    expected_errors: tuple[type[BaseException], ...] = (HTTPError,)
     _client_ip: str | None = None
     _request_id: str | None = None
+
+    def clear(self) -> None:
+        self.hs = self.application.settings["homeserver"]
+        super().clear()
 
     def initialize(self) -> None:
         # Track the request so a graceful shutdown waits for it (see homeserver.drain).
@@ -88,6 +95,68 @@ class BaseHandler(RequestHandler):
             audit.client_address.set(self._client_ip)  # for the audit lines the request writes
         return self._client_ip
 
+    def set_request_headers(self) -> None:
+        """The headers every answer carries: its request ID, and `Connection: close` while
+        the server drains (clients should not send more on this connection)."""
+        headers = self._headers
+        hs = self.hs
+        headers[request_id.HEADER] = self._request_id or self._begin_request(hs)
+        if hs.inflight.draining:
+            headers["Connection"] = "close"
+
+    def _begin_request(self, hs: HomeServer) -> str:
+        """Choose this request's ID (set_default_headers runs first, as Tornado makes the handler)."""
+        addresses = hs.client_address
+        if addresses.networks and addresses.is_trusted(self.request.remote_ip or ""):
+            chosen = request_id.choose(self.request.headers.get(request_id.HEADER), True)
+        else:
+            # Only a trusted proxy's header counts: no need to look (a missing header is an
+            # exception inside HTTPHeaders.get, the dearest step of this method).
+            chosen = request_id.new_id()
+        self._request_id = chosen
+        request_id.begin(chosen)
+        return chosen
+
+    def compute_etag(self) -> None:
+        # Neither Matrix clients nor the page revalidate; hashing every body is waste.
+        return None
+
+    def log_exception(self, typ: Any, value: BaseException | None, tb: Any) -> None:
+        if self._finished and self.hs.inflight.draining:
+            # The drain timeout answered this request 503 (homeserver.drain), then the
+            # shutdown closed what it was waiting for (a queued password check is
+            # cancelled, a store connection closed): expected, and already answered.
+            logger.debug("%s %s cut off by the shutdown: %r", self.request.method, self.request.path, value)
+            return
+        if isinstance(value, MatrixError):
+            if value.status >= 500:
+                logger.error("%s %s: %s", self.request.method, self.request.path, value)
+            return
+        if isinstance(value, StoreUnavailable):
+            logger.warning("%s unavailable: %s", value.store, value)
+            return
+        if isinstance(value, StoreDataError):
+            logger.error("operator error in the user store: %s", value)
+            return
+        if isinstance(value, self.expected_errors):
+            return
+        # Not Tornado's default: its summary shows the URI with any ?access_token= in it.
+        logger.error(
+            "uncaught exception in %s %s",
+            self.request.method,
+            scrub_uri(self.request.uri or ""),
+            exc_info=(typ, value, tb) if value is not None else None,
+        )
+
+
+class BaseHandler(ServerHandler):
+    """The API's base: no HTML, no charset suffix, CORS everywhere, OPTIONS answered, Matrix errors."""
+
+    requester: Requester | None = None
+    # The access line's level when the handler says its answer is expected (homeserver.logs);
+    # None: by the status.
+    access_log_level: int | None = None
+
     def clear(self) -> None:
         """Tornado's clear(), with the Date header formatted once a second instead of per response."""
         self.hs = self.application.settings["homeserver"]
@@ -105,28 +174,7 @@ class BaseHandler(RequestHandler):
         headers = self._headers
         for name, value in CORS_HEADERS:
             headers[name] = value
-        hs = self.hs
-        headers[request_id.HEADER] = self._request_id or self._begin_request(hs)
-        if hs.inflight.draining:
-            # Shutting down: clients should not send more on this connection.
-            headers["Connection"] = "close"
-
-    def _begin_request(self, hs: HomeServer) -> str:
-        """Choose this request's ID (set_default_headers runs first, as Tornado makes the handler)."""
-        addresses = hs.client_address
-        if addresses.networks and addresses.is_trusted(self.request.remote_ip or ""):
-            chosen = request_id.choose(self.request.headers.get(request_id.HEADER), True)
-        else:
-            # Only a trusted proxy's header counts: no need to look (a missing header is an
-            # exception inside HTTPHeaders.get, the dearest step of this method).
-            chosen = request_id.new_id()
-        self._request_id = chosen
-        request_id.begin(chosen)
-        return chosen
-
-    def compute_etag(self) -> None:
-        # Matrix clients do not revalidate these documents; hashing every body is waste.
-        return None
+        self.set_request_headers()
 
     def check_etag_header(self) -> bool:
         # With no ETag there is nothing to match, whatever If-None-Match says: Tornado's own
@@ -185,33 +233,6 @@ class BaseHandler(RequestHandler):
                 reason = httputil.responses.get(status_code, "Bad request")
                 return MatrixError(status_code, M_UNKNOWN, reason)
         return MatrixError(500, M_UNKNOWN, "Internal server error")
-
-    def log_exception(self, typ: Any, value: BaseException | None, tb: Any) -> None:
-        if self._finished and self.hs.inflight.draining:
-            # The drain timeout answered this request 503 (homeserver.drain), then the
-            # shutdown closed what it was waiting for (a queued password check is
-            # cancelled, a store connection closed): expected, and already answered.
-            logger.debug("%s %s cut off by the shutdown: %r", self.request.method, self.request.path, value)
-            return
-        if isinstance(value, MatrixError):
-            if value.status >= 500:
-                logger.error("%s %s: %s", self.request.method, self.request.path, value)
-            return
-        if isinstance(value, StoreUnavailable):
-            logger.warning("%s unavailable: %s", value.store, value)
-            return
-        if isinstance(value, StoreDataError):
-            logger.error("operator error in the user store: %s", value)
-            return
-        if isinstance(value, HTTPError):
-            return
-        # Not Tornado's default: its summary shows the URI with any ?access_token= in it.
-        logger.error(
-            "uncaught exception in %s %s",
-            self.request.method,
-            scrub_uri(self.request.uri or ""),
-            exc_info=(typ, value, tb) if value is not None else None,
-        )
 
     # -- access tokens ----------------------------------------------------
 

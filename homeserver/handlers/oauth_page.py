@@ -18,7 +18,8 @@ from urllib.parse import urlencode
 from tornado.web import HTTPError
 
 from homeserver import account_page as page
-from homeserver.account_page import PageError
+from homeserver.account_page import page_error
+from homeserver.errors import MatrixError
 from homeserver.handlers.page_base import SECURITY_HEADERS, PageHandler
 from homeserver.oauth import OAuth
 from homeserver.oauth.authorization import AuthorizationRequest, PageProblem, RedirectError, single
@@ -28,6 +29,8 @@ from homeserver.oauth.metadata import AUTHORIZATION_PATH
 logger = logging.getLogger(__name__)
 
 CSP = dict(SECURITY_HEADERS)["Content-Security-Policy"]
+# The audit trail's reason for a sign-in on this page (a login is audited with how it came).
+AUDIT_REASON = "oauth sign-in"
 
 
 class AuthorizeHandler(PageHandler):
@@ -87,14 +90,17 @@ class AuthorizeHandler(PageHandler):
         if op == "sign_in":
             name = self.get_body_argument("name", "").strip()
             try:
-                user = await page.authenticate(self.hs, name, self.get_body_argument("password", ""), self.client_ip)
-            except PageError as exc:
-                for header, value in exc.headers.items():
+                user = await self.hs.login.authenticate(
+                    name, self.get_body_argument("password", ""), self.client_ip, reason=AUDIT_REASON
+                )
+            except MatrixError as exc:
+                said = page_error(exc)
+                for header, value in said.headers.items():
                     self.set_header(header, value)
-                self.show(request, exc.status, error=exc.message, name=name)
+                self.show(request, said.status, error=said.message, name=name)
                 return
             # Signed in on the account page too: the next authorization only asks to confirm.
-            session = await self.sessions.open(user, self.client_ip, self.request.headers.get("User-Agent", ""))
+            session = await self.account_page.open(user, self.client_ip, self.request.headers.get("User-Agent", ""))
             self.set_signed_cookie(page.COOKIE, session.encode(), max_age=page.LIFETIME)
         elif op != "confirm" or user is None or request.sign_in_asked:
             self.show(request, 401 if op == "confirm" else 400, error="Sign in to continue.")

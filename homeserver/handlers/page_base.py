@@ -1,8 +1,9 @@
 """The account page's base handler: HTML for people, not the JSON API.
 
-Pages do not inherit BaseHandler: no CORS, no JSON errors, but a strict
-Content-Security-Policy, Tornado's XSRF check on every form and the page's own signed
-cookie session (homeserver.account_page holds the logic). Also the page's stylesheet.
+Pages share the API's request plumbing (handlers.base.ServerHandler: in-flight tracking, the
+client's address, the request ID) but not BaseHandler: no CORS, no JSON errors, but a strict
+Content-Security-Policy, HTML error pages, Tornado's XSRF check on every form and the page's
+own signed cookie session (homeserver.account_page holds the logic). Also the page's stylesheet.
 """
 
 from __future__ import annotations
@@ -17,11 +18,9 @@ from tornado.web import HTTPError, RequestHandler
 
 from backends.base import User
 from homeserver import account_page as page
-from homeserver import audit, request_id
-from homeserver.account_page import PageError, PageSession, PageSignIns
-from homeserver.context import HomeServer
-from homeserver.errors import MatrixError, StoreUnavailable
-from homeserver.logs import scrub_uri
+from homeserver import audit
+from homeserver.account_page import AccountPage, PageError, PageSession, page_error
+from homeserver.handlers.base import ServerHandler
 
 logger = logging.getLogger(__name__)
 
@@ -84,61 +83,27 @@ def page_url(action: str | None = None, **params: str | None) -> str:
     return page.PATH + ("?" + urlencode(pairs) if pairs else "")
 
 
-class PageHandler(RequestHandler):
+class PageHandler(ServerHandler):
     """HTML pages: security headers, HTML errors, XSRF on every POST, the page session loaded."""
 
+    expected_errors = (HTTPError, PageError)
     user: User | None = None
     session: PageSession | None = None
     signed_out_why: str | None = None
-    _client_ip: str | None = None
-    _request_id: str | None = None
-    _sign_ins: PageSignIns | None = None
 
     @property
-    def hs(self) -> HomeServer:
-        return self.application.settings["homeserver"]
-
-    @property
-    def sessions(self) -> PageSignIns:
-        if self._sign_ins is None:
-            self._sign_ins = PageSignIns(self.settings["cookie_secret"], self.hs)
-        return self._sign_ins
+    def account_page(self) -> AccountPage:
+        return self.hs.account_page
 
     @property
     def secure(self) -> bool:
         return str(self.hs.config.get("server", "base_url")).startswith("https://")
 
-    def initialize(self) -> None:
-        self.hs.inflight.add(self)
-
-    def on_finish(self) -> None:
-        self.hs.inflight.discard(self)
-
-    def on_connection_close(self) -> None:
-        super().on_connection_close()
-        self.hs.inflight.discard(self)
-
-    @property
-    def client_ip(self) -> str:
-        if self._client_ip is None:
-            self._client_ip = self.hs.client_address(self.request)
-        return self._client_ip
-
     def set_default_headers(self) -> None:
         self.set_header("Content-Type", HTML_TYPE)
         for name, value in SECURITY_HEADERS:
             self.set_header(name, value)
-        if self._request_id is None:
-            peer = self.request.remote_ip or ""
-            trusted = self.hs.client_address.is_trusted(peer) if self.hs.client_address.networks else False
-            self._request_id = request_id.choose(self.request.headers.get(request_id.HEADER), trusted)
-            request_id.begin(self._request_id)
-        self.set_header(request_id.HEADER, self._request_id)
-        if self.hs.inflight.draining:
-            self.set_header("Connection", "close")
-
-    def compute_etag(self) -> None:
-        return None
+        self.set_request_headers()
 
     def get_template_path(self) -> str:
         return TEMPLATES
@@ -171,7 +136,7 @@ class PageHandler(RequestHandler):
             self.check_xsrf_cookie()
         raw = self.get_signed_cookie(page.COOKIE, max_age_days=page.LIFETIME / 86400)
         cookie = PageSession.decode(raw.decode("utf-8", "replace")) if raw is not None else None
-        self.user, self.signed_out_why = await self.sessions.check(cookie)
+        self.user, self.signed_out_why = await self.account_page.check(cookie)
         if self.user is not None:
             self.session = cookie
         elif self.get_cookie(page.COOKIE):
@@ -189,7 +154,7 @@ class PageHandler(RequestHandler):
             "user_id": f"@{user.name}:{self.hs.server_name}" if user is not None else "",
             "server_name": self.hs.server_name,
             "session": self.session,
-            "expires": when(self.sessions.expires(self.session) * 1000) if self.session is not None else "",
+            "expires": when(self.account_page.expires(self.session) * 1000) if self.session is not None else "",
             "notice": None,
             "error": None,
             "page_url": page_url,
@@ -205,41 +170,27 @@ class PageHandler(RequestHandler):
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
-        message = "Something went wrong on the server. Try again later."
-        if isinstance(exc, PageError):
-            status_code, message = exc.status, exc.message
-            for name, value in exc.headers.items():
+        message = page.SERVER_FAULT
+        if isinstance(exc, HTTPError) or exc is None:
+            if status_code == 403 and isinstance(exc, HTTPError) and "xsrf" in (exc.log_message or "").lower():
+                message = "This form came from another site, or has expired. Reload the page and try again."
+            elif status_code == 404:
+                message = "There is no such page."
+            elif status_code == 405:
+                message = "This page does not answer that method."
+            elif 400 <= status_code < 500:
+                message = "The request could not be understood."
+        else:
+            said = page_error(exc)
+            status_code, message = said.status, said.message
+            for name, value in said.headers.items():
                 self.set_header(name, value)
-        elif isinstance(exc, StoreUnavailable):
-            status_code, message = 503, page.STORE_DOWN
-            self.set_header("Retry-After", "5")
-        elif isinstance(exc, MatrixError):
-            status_code, message = exc.status, exc.message
-            for name, value in exc.headers.items():
-                self.set_header(name, value)
-        elif isinstance(exc, HTTPError) and status_code == 403 and "xsrf" in (exc.log_message or "").lower():
-            message = "This form came from another site, or has expired. Reload the page and try again."
-        elif status_code == 404:
-            message = "There is no such page."
-        elif status_code == 405:
-            message = "This page does not answer that method."
-        elif 400 <= status_code < 500:
-            message = "The request could not be understood."
         self.clear_header("Location")
         try:
             self.render_page("error.html", status_code, message=message, title="Error")
         except Exception:  # a template that cannot render must not hide the first error
             logger.exception("error page failed to render")
             self.finish(f"<!DOCTYPE html><title>Error</title><p>{status_code}</p>")
-
-    def log_exception(self, typ: Any, value: BaseException | None, tb: Any) -> None:
-        if isinstance(value, (PageError, HTTPError, MatrixError)):
-            return
-        if isinstance(value, StoreUnavailable):
-            logger.warning("%s unavailable: %s", value.store, value)
-            return
-        uri = scrub_uri(self.request.uri or "")
-        logger.error("uncaught exception in %s %s", self.request.method, uri, exc_info=(typ, value, tb))  # type: ignore[arg-type]
 
 
 class StylesheetHandler(RequestHandler):

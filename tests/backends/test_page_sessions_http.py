@@ -126,6 +126,6 @@ async def test_the_cli_revoking_all_ends_every_browser(fetch, login, tmp_path, u
         cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert (proc.returncode, out) == (0, b"revoked 1 sessions of @alice:localhost\n"), err
+    assert (proc.returncode, out) == (0, b"Ended 1 session of @alice:localhost.\n"), err
     for browser in (home, away):
         assert signed_out(assert_page(await browser.get()))

@@ -258,6 +258,20 @@ async def test_session_end_asks_first_and_ends_nothing_on_get(browser, signed_in
     assert_page(await browser.get({"action": "org.matrix.session_end", "device_id": "NOPE"}), 404)
 
 
+async def test_one_card_and_one_sign_out_form_wherever_a_session_is_shown(browser, signed_in):
+    """The list, a session's page and the question before signing one out show a session with
+    the same facts and the same form (templates/account/_device.html, _end_form.html)."""
+    form = re.compile(r'<form method="post" action="/account/" class="inline">.*?</form>', re.S)
+    for action in ("org.matrix.sessions_list", "org.matrix.session_view", "org.matrix.session_end"):
+        body = assert_page(await browser.get({"action": action, "device_id": "PHONE"}))
+        phone = [f for f in form.findall(body) if 'name="device_id" value="PHONE"' in f]
+        assert len(phone) == 1, action
+        assert 'value="end"' in phone[0]
+        assert 'aria-label="Sign out this session: Alice&#x27;s phone">Sign out this session</button>' in phone[0]
+        for fact in ("<dt>Session ID</dt><dd><code>PHONE</code></dd>", "<dt>Last address</dt><dd>127.0.0.1</dd>"):
+            assert fact in body, (action, fact)
+
+
 async def test_old_action_names(browser, signed_in):
     body = assert_page(await browser.get({"action": "org.matrix.device_view", "device_id": "PHONE"}))
     assert 'name="display_name"' in body
@@ -416,7 +430,7 @@ def fake_synapse(hs, io_loop):
     server = HTTPServer(fake_synapse_app(calls))
     server.add_sockets([sock])
     delegation = FakeDelegation(f"http://127.0.0.1:{port}")
-    hs.delegation = delegation
+    hs.delegation = hs.account_page.delegation = delegation  # type: ignore[assignment]
     yield calls
     io_loop.run_sync(delegation.close)
     server.stop()

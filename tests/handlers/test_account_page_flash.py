@@ -29,7 +29,7 @@ def fake_synapse(hs, io_loop):
     sock, port = bind_unused_port()
     server = HTTPServer(fake_synapse_app(calls))
     server.add_sockets([sock])
-    hs.delegation = FakeDelegation(f"http://127.0.0.1:{port}")
+    hs.delegation = hs.account_page.delegation = FakeDelegation(f"http://127.0.0.1:{port}")  # type: ignore[assignment]
     yield calls
     io_loop.run_sync(hs.delegation.close)
     server.stop()
