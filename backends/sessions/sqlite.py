@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import os
 import sqlite3
@@ -54,8 +55,8 @@ class SqliteSessionStore(SessionStore):
         self._read_conn: sqlite3.Connection | None = None
         self._last_purge = 0.0
         self._changes: ChangeCounter | None = None
-        # token_hash -> (the session or None, the change counter's value it was read at)
-        self._kept: dict[str, tuple[Session | None, int]] = {}
+        # token_hash -> (the session, the change counter's value it was read at)
+        self._kept: dict[str, tuple[Session, int]] = {}
 
     @classmethod
     def from_config(cls, options: dict[str, Any], *, config_dir: str) -> SqliteSessionStore:
@@ -141,11 +142,15 @@ class SqliteSessionStore(SessionStore):
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"{self.path}: {exc}", store=STORE) from None
 
-    def _transaction(self, work: Callable[[sqlite3.Connection], T]) -> Callable[[], T]:
+    def _transaction(self, work: Callable[[sqlite3.Connection], T], *, ends: bool = False) -> Callable[[], T]:
+        """A write transaction. `ends`: it may end or remove a session, so it moves the change
+        counter and every process reads its kept sessions again; the other writes (a session
+        opened, a last-seen touch, a rate step, delegation marks) change nothing a process
+        keeps, as Synapse invalidates only the key it changed."""
+
         def run() -> T:
             conn = self._conn()
-            # Every write moves the change counter: the processes' kept sessions are read again.
-            with self._counter().writing():
+            with self._counter().writing() if ends else contextlib.nullcontext():
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     result = work(conn)
@@ -171,9 +176,12 @@ class SqliteSessionStore(SessionStore):
                 "INSERT OR IGNORE INTO devices (user, device_id, display_name) VALUES (?, ?, ?)",
                 (session.user, session.device_id, display_name or ""),
             )
-            self._maybe_purge(conn)
 
+        # A new session changes nothing a process keeps (absences are not kept, see `get`).
         await self._write(self._transaction(work))
+        if time.monotonic() - self._last_purge >= PURGE_EVERY:
+            self._last_purge = time.monotonic()
+            await self._write(self._transaction(self._purge, ends=True))
 
     async def get(self, user: str, token_hash: str) -> Session | None:
         if self._read_conn is None or self._changes is None:
@@ -181,6 +189,7 @@ class SqliteSessionStore(SessionStore):
         # What was read at this counter value is the file's still (sqlite_changes).
         seen = self._changes.value()
         kept = self._kept.get(token_hash)
+        session: Session | None
         if kept is not None and kept[1] == seen:
             session = kept[0]
         else:
@@ -189,7 +198,9 @@ class SqliteSessionStore(SessionStore):
             except sqlite3.Error as exc:
                 raise StoreUnavailable(f"{self.path}: {exc}", store=STORE) from None
             session = None if row is None else Session(*row)
-            if not seen & 1 and self._changes.value() == seen:
+            # An absence is not kept: a login may open that token's session without moving
+            # the counter. A kept session changes only by its end (or purge), which moves it.
+            if session is not None and not seen & 1 and self._changes.value() == seen:
                 if len(self._kept) >= KEPT_SESSIONS:
                     self._kept.clear()
                 self._kept[token_hash] = (session, seen)
@@ -221,7 +232,7 @@ class SqliteSessionStore(SessionStore):
             self._drop_unused_devices(conn, user, [row[0]])
             return True
 
-        return await self._write(self._transaction(work))
+        return await self._write(self._transaction(work, ends=True))
 
     async def end_devices(self, user: str, device_ids: list[str] | None) -> int:
         def work(conn: sqlite3.Connection) -> int:
@@ -241,7 +252,7 @@ class SqliteSessionStore(SessionStore):
             self._drop_unused_devices(conn, user, device_ids)
             return count
 
-        return await self._write(self._transaction(work))
+        return await self._write(self._transaction(work, ends=True))
 
     async def end_stale(self, user: str, identity_fps: list[str], password_fps: list[str] | None) -> list[str]:
         stale = f"identity_fp NOT IN ({', '.join('?' * len(identity_fps))})"
@@ -264,7 +275,7 @@ class SqliteSessionStore(SessionStore):
             # takes no write lock from the other processes.
             if self._conn().execute(f"SELECT 1 FROM sessions WHERE {where} LIMIT 1", args).fetchone() is None:
                 return []
-            return self._transaction(work)()
+            return self._transaction(work, ends=True)()
 
         return await self._write(run)
 
@@ -363,6 +374,17 @@ class SqliteSessionStore(SessionStore):
     # -- shared rate limits ---------------------------------------------------------
 
     async def rate_limit(self, key: str, interval: float, capacity: float, *, take: bool = True) -> float:
+        if not take:  # a peek: one read on the read connection, no write lock
+            if self._read_conn is None:
+                raise StoreUnavailable("not started", store=STORE)
+            try:
+                row = self._read_conn.execute("SELECT full_at FROM rate_limits WHERE key = ?", (key,)).fetchone()
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(f"{self.path}: {exc}", store=STORE) from None
+            now = time.time()
+            excess = max(row[0] if row is not None else now, now) + interval - now - capacity
+            return excess if excess > 1e-9 else 0.0
+
         def work(conn: sqlite3.Connection) -> float:
             # The host's clock: every process of one host shares it.
             now = time.time()
@@ -372,8 +394,6 @@ class SqliteSessionStore(SessionStore):
             excess = new_full_at - now - capacity
             if excess > 1e-9:
                 return excess
-            if not take:
-                return 0.0
             conn.execute(
                 "INSERT INTO rate_limits (key, full_at) VALUES (?, ?) "
                 "ON CONFLICT (key) DO UPDATE SET full_at = excluded.full_at",
@@ -385,12 +405,9 @@ class SqliteSessionStore(SessionStore):
 
     # -- upkeep ---------------------------------------------------------------------
 
-    def _maybe_purge(self, conn: sqlite3.Connection) -> None:
-        """Forget old tombstones, expired sessions and full buckets, at most every PURGE_EVERY s."""
-        now = time.monotonic()
-        if now - self._last_purge < PURGE_EVERY:
-            return
-        self._last_purge = now
+    def _purge(self, conn: sqlite3.Connection) -> None:
+        """Forget old tombstones, expired sessions and full buckets (after a login, at most every
+        PURGE_EVERY s): it removes sessions, so it moves the change counter."""
         now_ms = _now_ms()
         conn.execute(
             "DELETE FROM sessions WHERE (ended_ts IS NOT NULL AND ended_ts < ?) "
