@@ -169,12 +169,12 @@ class PageSessions:
 
     async def end(self, session: PageSession) -> None:
         """Refuse this session's cookie from now on, everywhere the session store reaches."""
-        store = self.hs.sessions.store
+        store = self.hs.buckets
         await store.rate_limit(self._bucket(session), self.lifetime, self.lifetime)
         audit.audit(audit.LOGOUT, user=session.user, reason=AUDIT_REASON)
 
     async def _ended(self, session: PageSession) -> bool:
-        store = self.hs.sessions.store
+        store = self.hs.buckets
         return await store.rate_limit(self._bucket(session), self.lifetime, self.lifetime, take=False) > 0
 
 

@@ -8,6 +8,7 @@ import logging
 import sys
 from collections.abc import Callable
 
+from backends.sessions import delegation_state_of
 from homeserver.config import Config, load_config
 from homeserver.context import create_backend, create_session_store
 from homeserver.delegation import Delegation, SynapseError, load_delegation_settings
@@ -28,10 +29,10 @@ async def sync_all(config: Config, out: Callable[[str], None]) -> None:
     await backend.start()
     try:
         await store.start()
-        delegation = Delegation(settings, Sessions(store), server_name)
+        delegation = Delegation(settings, Sessions(store), server_name, state=delegation_state_of(store))
         try:
             users = Users(backend)
-            names = sorted(set(await store.users()) | set(await store.resyncs()))
+            names = sorted(set(await store.users()) | set(await delegation.state.resyncs()))
             for name in names:
                 out(f"{user_id(name, server_name)}: {await delegation.sync_user(name, await users.get(name))}")
             if not names:

@@ -9,6 +9,7 @@ import os
 import unicodedata
 from collections.abc import Awaitable, Callable
 
+from backends.sessions import delegation_state_of
 from homeserver import audit
 from homeserver.config import Config, load_config
 from homeserver.context import create_backend, create_session_store
@@ -114,10 +115,13 @@ def cmd_revoke(args: argparse.Namespace) -> int:
         if not args.all and await sessions.store.device(name, args.device) is None:
             raise UnknownTarget(f"{who} has no device {args.device!r}")
         # With delegation, Synapse deletes the devices too, before this returns.
-        delegation = Delegation(settings, sessions, server_name) if settings is not None else None
+        delegation = (
+            Delegation(settings, sessions, server_name, state=delegation_state_of(sessions.store))
+            if settings is not None else None
+        )
         try:
             count = await Devices(sessions, delegation=delegation).revoke(name, None if args.all else [args.device])
-            pending = delegation is not None and name in await sessions.store.resyncs()
+            pending = delegation is not None and name in await delegation.state.resyncs()
         finally:
             if delegation is not None:
                 await delegation.close()

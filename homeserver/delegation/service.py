@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from backends.base import StoreUnavailable, User, canonical_email
+from backends.sessions.delegation import DelegationState
 from homeserver.delegation.settings import DelegationSettings
 from homeserver.delegation.synapse import SynapseClient, SynapseError, SynapseNotFound, SynapseUnreachable
 from homeserver.errors import M_UNKNOWN, MatrixError
@@ -109,9 +110,12 @@ class Delegation:
         server_name: str,
         client: SynapseClient | None = None,
         metrics: Metrics | None = None,
+        *,
+        state: DelegationState,
     ) -> None:
         self.settings = settings
         self.sessions = sessions
+        self.state = state  # what Synapse was told (the session store's DelegationState)
         self.server_name = server_name
         self.metrics = metrics
         self.client = client if client is not None else SynapseClient(
@@ -177,13 +181,13 @@ class Delegation:
 
     async def _provision_if_changed(self, user: User) -> None:
         digest = profile_digest(user)
-        if await self.sessions.store.provisioned(user.name) != digest:
+        if await self.state.provisioned(user.name) != digest:
             await self._provision(user, digest)
 
     async def _provision(self, user: User, digest: str | None = None) -> bool:
         display, avatar, emails = profile_for_synapse(user)
         created = await self.client.provision_user(user.name, display_name=display, avatar_url=avatar, emails=emails)
-        await self.sessions.store.set_provisioned(user.name, digest or profile_digest(user))
+        await self.state.set_provisioned(user.name, digest or profile_digest(user))
         logger.info("delegation: %s %r at Synapse", "created" if created else "updated", user.name)
         return created
 
@@ -272,14 +276,14 @@ class Delegation:
 
     async def _mark(self, user: str) -> None:
         try:
-            await self.sessions.store.mark_resync(user, time.time_ns())
+            await self.state.mark_resync(user, time.time_ns())
         except StoreUnavailable as exc:
             logger.error("delegation: cannot remember that Synapse must be told about %r again: %s", user, exc)
 
     async def resync_pending(self) -> tuple[int, int]:
         """Sync every marked user's devices at Synapse; (users done, users left)."""
         done = 0
-        pending = await self.sessions.store.resyncs()
+        pending = await self.state.resyncs()
         for user, mark in sorted(pending.items()):
             async with self._locks.hold(user):
                 try:
@@ -296,7 +300,7 @@ class Delegation:
                         logger.warning("delegation: resync of %r refused, retrying: %s", user, exc)
                     continue
                 self._refusals.pop(user, None)
-                await self.sessions.store.clear_resync(user, mark)
+                await self.state.clear_resync(user, mark)
             done += 1
             logger.info("delegation: Synapse now has the devices of %r as they are here", user)
         if self.metrics is not None:
@@ -307,7 +311,7 @@ class Delegation:
         """`run.py delegation sync` for one user: provision (when still in the user store),
         then Synapse's devices made ours; what was done, in words. Raises SynapseError."""
         async with self._locks.hold(name):
-            pending = (await self.sessions.store.resyncs()).get(name)
+            pending = (await self.state.resyncs()).get(name)
             done = "not in the user store"
             if user is not None:
                 done = "created at Synapse" if await self._provision(user) else "updated at Synapse"
@@ -316,7 +320,7 @@ class Delegation:
             except SynapseNotFound:  # a user Synapse never had has no devices there
                 devices = sorted(d.device_id for d in await self.sessions.store.devices(name))
             if pending is not None:
-                await self.sessions.store.clear_resync(name, pending)
+                await self.state.clear_resync(name, pending)
         return f"{done}; devices {' '.join(devices) or 'none'}"
 
     async def probe(self) -> bool:

@@ -43,7 +43,7 @@ def two_stores(tmp_path, io_loop):
     stores = [SqliteSessionStore(path, timeout=1.0), SqliteSessionStore(path, timeout=1.0)]
     for store in stores:
         io_loop.run_sync(store.start)
-    stores[0]._read_conn = CountingConnection(stores[0]._read_conn)
+    stores[0].db.read_conn = CountingConnection(stores[0].db.read_conn)
     yield stores
     for store in stores:
         io_loop.run_sync(store.close)
@@ -72,9 +72,9 @@ async def test_a_kept_session_is_read_again_after_an_end_by_another_process(two_
     a, b = two_stores
     await b.open(session("h1"), None)
     assert (await a.get("alice", "h1")).ended_ts is None
-    reads = a._read_conn.reads
+    reads = a.db.read_conn.reads
     assert (await a.get("alice", "h1")).ended_ts is None
-    assert a._read_conn.reads == reads  # nothing written since: kept
+    assert a.db.read_conn.reads == reads  # nothing written since: kept
     assert await a.get("bob", "h1") is None  # kept for its own user only
 
     assert await b.end("alice", "h1") is True  # a logout in the other process
@@ -97,13 +97,13 @@ async def test_an_expired_session_is_refused_even_when_kept(two_stores, monkeypa
 async def test_while_a_write_seems_under_way_nothing_is_kept(two_stores):
     a, b = two_stores
     await b.open(session("h1"), None)
-    _FORMAT.pack_into(a._changes._map, 0, a._changes.value() + 1)  # odd: a writer died mid-way
-    reads = a._read_conn.reads
+    _FORMAT.pack_into(a.db.changes._map, 0, a.db.changes.value() + 1)  # odd: a writer died mid-way
+    reads = a.db.read_conn.reads
     await a.get("alice", "h1")
     await a.get("alice", "h1")
-    assert a._read_conn.reads == reads + 2
+    assert a.db.read_conn.reads == reads + 2
     await b.end("alice", "h1")  # the next write makes it even again
-    assert a._changes.value() % 2 == 0
+    assert a.db.changes.value() % 2 == 0
     assert (await a.get("alice", "h1")).ended_ts is not None
 
 
@@ -173,7 +173,7 @@ async def test_the_production_write_mix_leaves_kept_sessions_in_place_and_answer
     a, b = two_stores
     await b.open(session("h1"), None)
     assert (await a.get("alice", "h1")).ended_ts is None
-    reads = a._read_conn.reads
+    reads = a.db.read_conn.reads
 
     await b.touch("alice", "h1", "10.9.9.9", 5)
     assert await b.rate_limit("address:10.0.0.1", 1.0, 2.0) == 0.0
@@ -182,7 +182,7 @@ async def test_the_production_write_mix_leaves_kept_sessions_in_place_and_answer
     await b.open(session("h2", user="bob"), None)
     kept = await a.get("alice", "h1")
     assert kept is not None and kept.ended_ts is None and kept.user == "alice"
-    assert a._read_conn.reads == reads  # none of those moved the counter: still kept
+    assert a.db.read_conn.reads == reads  # none of those moved the counter: still kept
 
     # Rate steps are the file's in every process: the peek sees the other's two takes.
     assert await a.rate_limit("address:10.0.0.1", 1.0, 2.0, take=False) > 0
