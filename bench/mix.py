@@ -62,6 +62,7 @@ from common import (
     BENCH_PASSWORD,
     CAPABILITIES,
     LOGIN,
+    LUA,
     RESULTS,
     ROOT,
     SERVER_NAME,
@@ -85,7 +86,7 @@ MIX_LIMITS = {
 }
 
 # wrk: every request carries the next token of the file WRK_TOKENS (one per line), in turn;
-# the results as one JSON line, as bench/wrk_report.lua prints them.
+# bench/wrk_report.lua is appended (the results as one JSON line).
 MIX_LUA = r"""
 local tokens = {}
 local i = 0
@@ -99,16 +100,6 @@ function request()
   i = i % #tokens + 1
   wrk.headers["Authorization"] = tokens[i]
   return wrk.format()
-end
-function done(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format(
-    'BENCH_JSON {"requests":%d,"duration_us":%d,"bytes":%d,' ..
-    '"p50_us":%d,"p90_us":%d,"p99_us":%d,"max_us":%d,' ..
-    '"connect_errors":%d,"read_errors":%d,"write_errors":%d,"timeouts":%d,"non_2xx_3xx":%d}\n',
-    summary.requests, summary.duration, summary.bytes,
-    latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.max,
-    e.connect, e.read, e.write, e.timeout, e.status))
 end
 """
 
@@ -278,7 +269,7 @@ def setup(args: argparse.Namespace, tmp: Path) -> tuple[Path, Path]:
     """The users file (cheap hash) and the wrk script."""
     users, lua = tmp / "mix-users.json", tmp / "wrk_mix.lua"
     write_users(users, hash_once(args.mix_bcrypt_cost), args.tokens + 1)
-    lua.write_text(MIX_LUA)
+    lua.write_text(MIX_LUA + LUA.read_text())
     return users, lua
 
 
@@ -289,24 +280,31 @@ def phase_mix(args: argparse.Namespace, procs: Processes, tmp: Path, bare_pid: i
     server = prepare(procs, tmp, "mix", tree, users, args.tokens)
     floors: list[WrkResult] = []
     measured: list[MixRun] = []
+    name = f"mix {args.path.rsplit('/', 1)[-1]}"
     print(f"mix, {args.rounds} rounds, wrk -t1 -c{args.connections}, {args.warmup:g} s warm-up + {args.duration:g} s "
           f"each, {args.tokens} tokens in turn, logins beside at {args.login_rate:g}/s:", flush=True)
     try:
         for _ in range(args.rounds):
             floors.append(wrk_mix("bare tornado /versions", bare_base + VERSIONS, args, lua, server.tokens_file,
                                   bare_pid).result)
-            measured.append(wrk_mix(f"mix {args.path.rsplit('/', 1)[-1]}", server.base + args.path, args, lua,
-                                    server.tokens_file, server.proc.pid, beside=server))
+            measured.append(wrk_mix(name, server.base + args.path, args, lua, server.tokens_file, server.proc.pid,
+                                    beside=server))
+        floors.append(wrk_mix("bare tornado /versions", bare_base + VERSIONS, args, lua, server.tokens_file,
+                              bare_pid).result)
     finally:
         procs.stop(server.proc)
-    ratios = [m.result.rps / f.rps for m, f in zip(measured, floors, strict=True)]
+    # Each round against the floor just before and just after it.
+    ratios = [m.result.rps / ((f.rps + g.rps) / 2) for m, f, g in zip(measured, floors, floors[1:], strict=False)]
+    cpu_ratios = [((f.server_cpu_us or 0) + (g.server_cpu_us or 0)) / 2 / (m.result.server_cpu_us or 1)
+                  for m, f, g in zip(measured, floors, floors[1:], strict=False)]
     p99s = [m.result.p99_ms for m in measured]
-    ratio = statistics.mean(m.result.rps for m in measured) / statistics.mean(f.rps for f in floors)
+    ratio = statistics.median(ratios)
     runs["mix"] = {"floor": [asdict(f) for f in floors], "runs": [asdict(m) for m in measured], "ratio": ratio,
-                   "ratio_per_round": ratios}
+                   "ratio_per_round": ratios, "cpu_ratio_per_round": cpu_ratios, "p99_ms": p99s}
     errors = sum(m.result.errors for m in measured)
-    return [mix_target("mix", ratio, f"(rounds {spread(ratios)})", args),
-            mix_target("mix_p99", statistics.mean(p99s), f"(rounds {spread(p99s, '.1f')})", args),
+    return [mix_target("mix", ratio, f"(median; rounds {spread(ratios)}; floor CPU / mix CPU a request "
+                       f"{statistics.median(cpu_ratios):.3f}, rounds {spread(cpu_ratios)})", args),
+            mix_target("mix_p99", statistics.median(p99s), f"(median; rounds {spread(p99s, '.1f')})", args),
             mix_target("mix_errors", errors, "", args)]
 
 
