@@ -3,6 +3,7 @@
 
     python3 bench/instructions.py 3c5e6c7 HEAD          # two commits (detached worktrees, removed after)
     python3 bench/instructions.py main . --only profile # a commit against this tree, one endpoint
+    python3 bench/instructions.py A B --only capabilities --tokens 200  # 200 sessions in turn, opened elsewhere
 
 Each version (a commit or a directory, as for `run.py --ab`) runs under `valgrind
 --tool=callgrind` on the bench's config; one keep-alive connection sends 300 requests to
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import http.client
+import itertools
 import shutil
 import subprocess
 import sys
@@ -39,23 +41,42 @@ WARMUP_REQUESTS = 300
 INSTALL_VALGRIND = "apt-get update && apt-get install -y valgrind"
 
 
-def count(side: Side, endpoint: str, requests: int, procs: Processes, tmp: Path, users: Path) -> float:
-    """Instructions per request of one version on one endpoint."""
+def open_elsewhere(side: Side, config: Path, port: int, tokens: int, procs: Processes, tmp: Path) -> list[str]:
+    """`tokens` sessions (users user000001 ...) opened by a server outside valgrind on the same
+    config and file, then stopped: the measured server did not open them (a restart)."""
+    log = tmp / f"opener-{side.label.lower()}.log"
+    proc = procs.start([sys.executable, str(side.tree / "run.py"), "--config", str(config)], log, cwd=side.tree)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_ready(proc, base, log)
+        return [get_tokens(base, 1, user=f"user{i:06d}", threads=1)[0] for i in range(1, tokens + 1)]
+    finally:
+        procs.stop(proc)
+
+
+def count(side: Side, endpoint: str, requests: int, procs: Processes, tmp: Path, users: Path, tokens: int = 1) -> float:
+    """Instructions per request of one version on one endpoint (`tokens` > 1: that many
+    sessions opened by another server, used in turn)."""
     path, authed = ENDPOINTS[endpoint]
     port = free_port()
     label = f"{side.label.lower()}-{endpoint}"
     config, log, out = tmp / f"{label}.toml", tmp / f"{label}.log", tmp / f"callgrind.{label}"
     write_config(config, port, users)
+    several = open_elsewhere(side, config, port, tokens, procs, tmp) if authed and tokens > 1 else []
     proc = procs.start(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
                         str(side.tree / "run.py"), "--config", str(config)], log, cwd=side.tree)
     try:
         base = f"http://127.0.0.1:{port}"
         wait_ready(proc, base, log, timeout=300)
-        headers = {"Authorization": f"Bearer {get_tokens(base, 1, threads=1)[0]}"} if authed else {}
+        if authed and not several:
+            several = get_tokens(base, 1, threads=1)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        turn = itertools.cycle(several or [""])
 
         def send(n: int) -> None:
             for _ in range(n):
+                token = next(turn)
+                headers = {"Authorization": f"Bearer {token}"} if token else {}
                 conn.request("GET", path, headers=headers)
                 response = conn.getresponse()
                 response.read()
@@ -84,6 +105,9 @@ def main() -> int:
     p.add_argument("versions", nargs="+", metavar="REV_OR_DIR", help="commits or directories; the first is the base")
     p.add_argument("--only", nargs="+", choices=list(ENDPOINTS), metavar="ENDPOINT", help="only these endpoints")
     p.add_argument("--requests", type=int, default=500, help="requests counted per version and endpoint (default 500)")
+    p.add_argument("--tokens", type=int, default=1,
+                   help="sessions used in turn by the authenticated endpoints, opened by another server first "
+                        "(a restart, as bench/mix.py; default 1: the server's own login)")
     args = p.parse_args()
     for tool in ("valgrind", "callgrind_control"):
         if shutil.which(tool) is None:
@@ -95,7 +119,7 @@ def main() -> int:
     counts: dict[str, list[float]] = {e: [] for e in endpoints}
     try:
         users = tmp / "users.json"
-        write_users(users, hash_once(4), 100)
+        write_users(users, hash_once(4), max(100, args.tokens + 1))
         with contextlib.ExitStack() as stack:
             sides = [stack.enter_context(materialize(chr(ord("A") + i), spec, tmp))
                      for i, spec in enumerate(args.versions)]
@@ -103,7 +127,7 @@ def main() -> int:
                 print(side.describe(), flush=True)
             for endpoint in endpoints:
                 for side in sides:
-                    counts[endpoint].append(count(side, endpoint, args.requests, procs, tmp, users))
+                    counts[endpoint].append(count(side, endpoint, args.requests, procs, tmp, users, args.tokens))
                     print(f"  {side.label} {endpoint:<13} {counts[endpoint][-1]:>12,.0f} instructions/request", flush=True)
     except KeyboardInterrupt:
         print("\ninterrupted; servers stopped", file=sys.stderr)

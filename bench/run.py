@@ -18,6 +18,10 @@ the B/A ratios and their spread over the rounds:
     python3 bench/run.py --ab main HEAD --rounds 6     # two commits
     python3 bench/run.py --ab main --worktree ../other # a commit against another tree
 
+The realistic mix (2,000 sessions in turn, logins beside, default rate limits, a server
+that did not open the sessions): `--mix` here, or bench/mix.py on its own (with its own
+--ab for two versions under the mix).
+
 For differences of a few per cent, which wall-clock CPU on a shared machine cannot resolve,
 bench/instructions.py counts instructions per request under callgrind for the same kind of
 versions.
@@ -61,6 +65,7 @@ from common import (
     wait_ready,
 )
 from delegation import bench_delegation
+from mix import add_mix_options, phase_mix
 from phases import bench_logout, bench_redis, bench_store_cost, bench_target
 from servers import (
     bcrypt_niceness,
@@ -286,6 +291,8 @@ def bench(args: argparse.Namespace, procs: Processes, tmp: Path) -> dict[str, An
                 procs.stop(limited)
     if args.redis:
         targets += bench_redis(args, procs, tmp, hashed, bare.pid, bare_base, runs)
+    if args.mix:
+        targets += phase_mix(args, procs, tmp, bare.pid, bare_base, runs)
     if args.processes:
         phase_processes(args, procs, tmp, users, hashed, runs)
     if args.delegation:
@@ -325,6 +332,10 @@ def parse_args() -> argparse.Namespace:
                         "introspection against our whoami, logins that tell Synapse (two Synapse from PyPI, "
                         "tests/synapse.py installs them in a cached virtualenv)")
     p.add_argument("--delegation-only", action="store_true", help="only the delegation phase")
+    p.add_argument("--mix", action="store_true",
+                   help="also measure the realistic mix (bench/mix.py): --tokens sessions in turn, logins beside at "
+                        "--login-rate, default rate limits, a server that did not open the sessions")
+    add_mix_options(p, standalone=False)
     p.add_argument("--target-url", help="also drive another homeserver on this machine (e.g. Synapse) side by side")
     p.add_argument("--target-user", help="a user ID whose profile exists on --target-url")
     p.add_argument("--target-token", help="an access token valid on --target-url, for capabilities")

@@ -9,6 +9,7 @@ import datetime
 import unicodedata
 from collections.abc import Awaitable, Callable
 
+from backends.sessions import delegation_state_of
 from backends.sessions.pages import page_sessions_for
 from homeserver import audit
 from homeserver.cli_stores import stores
@@ -96,13 +97,16 @@ def cmd_revoke(args: argparse.Namespace) -> int:
         if not args.all and await sessions.store.device(name, args.device) is None:
             raise UnknownTarget(f"{who} has no device {args.device!r}")
         # With delegation, Synapse deletes the devices too, before this returns.
-        delegation = Delegation(settings, sessions, server_name) if settings is not None else None
+        delegation = (
+            Delegation(settings, sessions, server_name, state=delegation_state_of(sessions.store))
+            if settings is not None else None
+        )
         try:
             pages = page_sessions_for(sessions.store)  # --all ends the account page's sign-ins too
             count = await Devices(sessions, delegation=delegation, pages=pages).revoke(
                 name, None if args.all else [args.device]
             )
-            pending = delegation is not None and name in await sessions.store.resyncs()
+            pending = delegation is not None and name in await delegation.state.resyncs()
         finally:
             if delegation is not None:
                 await delegation.close()

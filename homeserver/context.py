@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import backends
 import backends.sessions
 from backends.base import StoreUnavailable, UserBackend
-from backends.sessions.base import SessionStore
+from backends.sessions import DelegationState, RateBuckets, SessionStore, buckets_of, delegation_state_of
 from backends.sessions.pages import PageSessions, page_sessions_for
 from homeserver.account_page import AccountPage
 from homeserver.auth import Auth
@@ -64,8 +64,13 @@ class HomeServer:
     # The OAuth 2.0 API (homeserver.oauth); None when `[oauth]` is off.
     oauth: OAuth | None = field(init=False)
     account_page: AccountPage = field(init=False)
+    # The session store's other jobs, each seen through its interface (the same object).
+    buckets: RateBuckets = field(init=False)
+    delegation_state: DelegationState = field(init=False)
 
     def __post_init__(self) -> None:
+        self.buckets = buckets_of(self.sessions.store)
+        self.delegation_state = delegation_state_of(self.sessions.store)
         self.users = Users(self.backend, self.metrics)
         if self.credentials is None:
             self.credentials = Credentials(
@@ -168,7 +173,7 @@ def build_homeserver(
     backend = backend if backend is not None else create_backend(config)
     metrics = Metrics() if config.get("metrics", "enabled") else None
     session_store = session_store if session_store is not None else create_session_store(config)
-    limits = LoginLimits.from_config(config.section("rate_limit"), shared=session_store)
+    limits = LoginLimits.from_config(config.section("rate_limit"), shared=buckets_of(session_store))
     if metrics is not None:
         limits.on_fallback = metrics.observe_ratelimit_fallback
     sessions = Sessions(
@@ -179,7 +184,10 @@ def build_homeserver(
     )
     settings = load_delegation_settings(config)
     server_name = config.get("server", "server_name")
-    delegation = Delegation(settings, sessions, server_name, metrics=metrics) if settings else None
+    delegation = (
+        Delegation(settings, sessions, server_name, metrics=metrics, state=delegation_state_of(session_store))
+        if settings else None
+    )
     return HomeServer(
         config=config,
         delegation=delegation,

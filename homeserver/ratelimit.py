@@ -6,8 +6,9 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
+from backends.sessions.buckets import RateBuckets
 from homeserver.errors import StoreUnavailable, limit_exceeded
 
 logger = logging.getLogger(__name__)
@@ -93,19 +94,14 @@ def store_key(kind: str, key: str) -> str:
     return f"{kind}:{text.decode('utf-8')}"
 
 
-class SharedBuckets(Protocol):
-    """Where shared buckets live: the session store (one GCRA step per call, its clock)."""
-
-    async def rate_limit(self, key: str, interval: float, capacity: float, *, take: bool = True) -> float: ...
-
-
 class LoginLimits:
     """The three login limits: per client address, per account, per account's failures.
 
-    A limit set to None is off; `LoginLimits()` has all three off. With a `shared` store
-    the buckets live there, so every worker and every server on that store shares one
-    burst; while the store cannot answer, each process falls back to its own buckets
-    (logged once, counted in `fallbacks`) and tries the store again after
+    A limit set to None is off; `LoginLimits()` has all three off. With `shared` buckets
+    (the session store's RateBuckets, backends.sessions.buckets) the buckets live there, so
+    every worker and every server on that store shares one burst; while the store cannot
+    answer, each process falls back to its own buckets (logged once, counted in
+    `fallbacks`) and tries the store again after
     `retry_shared` seconds.
     """
 
@@ -115,7 +111,7 @@ class LoginLimits:
         account: TokenBuckets | None = None,
         failures: TokenBuckets | None = None,
         *,
-        shared: SharedBuckets | None = None,
+        shared: RateBuckets | None = None,
         retry_shared: float = 5.0,
         clock: Clock = time.monotonic,
     ) -> None:
@@ -132,7 +128,7 @@ class LoginLimits:
 
     @classmethod
     def from_config(
-        cls, section: Mapping[str, Any], clock: Clock = time.monotonic, shared: SharedBuckets | None = None
+        cls, section: Mapping[str, Any], clock: Clock = time.monotonic, shared: RateBuckets | None = None
     ) -> LoginLimits:
         """Build from the validated `[rate_limit]` section; all off when `enabled = false`."""
         if not section["enabled"]:

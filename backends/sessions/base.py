@@ -1,4 +1,5 @@
-"""Sessions as stored: the records and the small async interface every session store implements."""
+"""Sessions and devices as stored: the records, and `SessionStore`, the main interface of a
+session store (its other jobs have interfaces of their own, listed in backends/sessions/__init__.py)."""
 
 from __future__ import annotations
 
@@ -39,9 +40,13 @@ class Device:
 
 
 class SessionStore(abc.ABC):
-    """Keep sessions, devices and shared rate-limit buckets. Every method raises
-    `backends.base.StoreUnavailable` when the store is down, hangs past its timeout or is
-    locked too long."""
+    """Keep sessions (one per login; a token is good while its session is open) and the
+    devices they belong to; and the store's life: built from `[sessions.<name>]`, started,
+    checked, closed. Every method raises `backends.base.StoreUnavailable` when the store is
+    down, hangs past its timeout or is locked too long.
+
+    Used by homeserver.sessions (open, check, end) and homeserver.devices (list, rename).
+    """
 
     #: the name under which the store is registered (`[sessions] store`)
     name: ClassVar[str] = ""
@@ -115,33 +120,3 @@ class SessionStore(abc.ABC):
     @abc.abstractmethod
     async def users(self) -> list[str]:
         """The users with open sessions (to end those of users removed from the user store)."""
-
-    # -- delegation (homeserver.delegation): what Synapse was told --------------------
-
-    @abc.abstractmethod
-    async def provisioned(self, user: str) -> str | None:
-        """The digest of the profile last provisioned at Synapse for the user; None if never."""
-
-    @abc.abstractmethod
-    async def set_provisioned(self, user: str, digest: str) -> None:
-        """Remember the digest of the profile just provisioned at Synapse."""
-
-    @abc.abstractmethod
-    async def mark_resync(self, user: str, mark: int) -> None:
-        """Remember, durably, that Synapse must be told the user's devices again (a call failed)."""
-
-    @abc.abstractmethod
-    async def resyncs(self) -> dict[str, int]:
-        """The users Synapse must be told about again, each with its latest mark."""
-
-    @abc.abstractmethod
-    async def clear_resync(self, user: str, mark: int) -> bool:
-        """Forget the user's resync if its mark is still `mark` (not marked again since); True if forgotten."""
-
-    @abc.abstractmethod
-    async def rate_limit(self, key: str, interval: float, capacity: float, *, take: bool = True) -> float:
-        """One atomic GCRA step on the store's clock, as homeserver.ratelimit.TokenBuckets.
-
-        `interval` = 1/rate seconds, `capacity` = burst * interval. With `take`: 0.0 and a
-        token taken, or the seconds to wait and nothing taken. Without: only the wait.
-        """

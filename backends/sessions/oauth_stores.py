@@ -15,7 +15,7 @@ def create_oauth_store(sessions: SessionStore) -> OAuthStore:
     # The one place that knows the session stores' plumbing: the writer thread and its
     # connection of the SQLite file, the connection and key layout of the Redis.
     if isinstance(sessions, SqliteSessionStore):
-        return SqliteOAuthStore(sessions._write, sessions._conn)
+        return SqliteOAuthStore(sessions.db.write, sessions.db.conn)
     if isinstance(sessions, RedisSessionStore):
         from backends.sessions.redis_oauth import RedisOAuthStore
 

@@ -9,27 +9,20 @@ from typing import Any
 from backends.base import ConfigError
 from backends.redis_connect import RedisConnection, text
 from backends.sessions.base import Device, Session, SessionStore
-from backends.sessions.redis_scripts import (
-    CLEAR_RESYNC,
-    DEVICES,
-    END,
-    END_DEVICES,
-    END_STALE,
-    OPEN,
-    RATE_LIMIT,
-    REFINGERPRINT,
-    RENAME,
-    TOUCH,
-)
+from backends.sessions.redis_buckets import RedisRateBuckets
+from backends.sessions.redis_delegation import RedisDelegationState
+from backends.sessions.redis_scripts import DEVICES, END, END_DEVICES, END_STALE, OPEN, REFINGERPRINT, RENAME, TOUCH
 
 logger = logging.getLogger(__name__)
 
 STORE = "session store"
 
 
-class RedisSessionStore(SessionStore):
-    """Sessions in Redis. Every key of one user carries one Cluster hash tag, so each
-    change is one Lua script, atomic, even on a Cluster:
+class RedisSessionStore(RedisDelegationState, RedisRateBuckets, SessionStore):
+    """Sessions and devices in Redis; delegation state and rate buckets there too (its other
+    parts, one class each, on the same connection: redis_part.RedisPart). Every key of one
+    user carries one Cluster hash tag, so each change is one Lua script, atomic, even on a
+    Cluster:
 
     - `<prefix>{<tag>}:s:<token digest>`: hash of one session (user, device_id, created_ts,
       last_seen_ip, last_seen_ts, expires_ts, ended_ts, identity_fp, password_fp); expires
@@ -37,9 +30,7 @@ class RedisSessionStore(SessionStore):
     - `<prefix>{<tag>}:d:<device id>`: set of the digests of the device's open sessions;
     - `<prefix>{<tag>}:devices`: hash device id -> display name, of devices with open sessions;
     - `<prefix>users`: set of users with sessions (for the sweep of removed users);
-    - `<prefix>rl:<bucket>`: one shared rate-limit bucket (GCRA, Redis `TIME`);
-    - `<prefix>delegation:provisioned`: hash user -> digest of the profile last given to Synapse;
-    - `<prefix>delegation:resync`: hash user -> mark, users whose devices Synapse must be told again.
+    - `<prefix>rl:<bucket>`, `<prefix>delegation:*`: the other parts' (redis_buckets, redis_delegation).
 
     The tag is a digest of the user name, so no name can break out of it.
     """
@@ -80,15 +71,11 @@ class RedisSessionStore(SessionStore):
         with self.connection.errors():
             await self.connection.connect().ping()
 
-    async def _script(self, script: str, keys: list[str], args: list[Any]) -> Any:
-        with self.connection.errors():
-            return await self.connection.connect().eval(script, len(keys), *keys, *args)
-
     # -- sessions -------------------------------------------------------------------
 
     async def open(self, session: Session, display_name: str | None) -> None:
         base = self.base(session.user)
-        await self._script(
+        await self.script(
             OPEN,
             [f"{base}s:{session.token_hash}", f"{base}d:{session.device_id}", f"{base}devices"],
             [
@@ -126,10 +113,10 @@ class RedisSessionStore(SessionStore):
         )
 
     async def touch(self, user: str, token_hash: str, ip: str, ts: int) -> None:
-        await self._script(TOUCH, [self.session_key(user, token_hash)], [ip, ts])
+        await self.script(TOUCH, [self.session_key(user, token_hash)], [ip, ts])
 
     async def end(self, user: str, token_hash: str) -> bool:
-        ended = await self._script(
+        ended = await self.script(
             END, [self.session_key(user, token_hash)], [user, self.keep_ended_ms, self.base(user)]
         )
         return bool(ended)
@@ -137,13 +124,13 @@ class RedisSessionStore(SessionStore):
     async def end_devices(self, user: str, device_ids: list[str] | None) -> int:
         base = self.base(user)
         args: list[Any] = [self.keep_ended_ms, base, "1" if device_ids is None else "0"]
-        return int(await self._script(END_DEVICES, [f"{base}devices"], args + list(dict.fromkeys(device_ids or []))))
+        return int(await self.script(END_DEVICES, [f"{base}devices"], args + list(dict.fromkeys(device_ids or []))))
 
     async def end_stale(self, user: str, identity_fps: list[str], password_fps: list[str] | None) -> list[str]:
         base = self.base(user)
         args: list[Any] = [self.keep_ended_ms, base, len(identity_fps), *identity_fps]
         args += ["0"] if password_fps is None else ["1", *password_fps]
-        ended = await self._script(END_STALE, [f"{base}devices"], args)
+        ended = await self.script(END_STALE, [f"{base}devices"], args)
         return [text(device) for device in ended]
 
     async def refingerprint(
@@ -152,13 +139,13 @@ class RedisSessionStore(SessionStore):
         base = self.base(user)
         args: list[Any] = [base, *(new or ("", "")), len(identity_fps), *identity_fps]
         args += ["0"] if password_fps is None else ["1", *password_fps]
-        return int(await self._script(REFINGERPRINT, [f"{base}devices"], args))
+        return int(await self.script(REFINGERPRINT, [f"{base}devices"], args))
 
     # -- devices --------------------------------------------------------------------
 
     async def _devices(self, user: str, device_id: str | None) -> list[Device]:
         base = self.base(user)
-        flat = await self._script(DEVICES, [f"{base}devices"], [base, device_id or ""])
+        flat = await self.script(DEVICES, [f"{base}devices"], [base, device_id or ""])
         devices = []
         for i in range(0, len(flat), 4):
             device, name, ip, ts = (
@@ -176,7 +163,7 @@ class RedisSessionStore(SessionStore):
 
     async def rename_device(self, user: str, device_id: str, display_name: str) -> bool:
         base = self.base(user)
-        return bool(await self._script(RENAME, [f"{base}devices"], [base, device_id, display_name]))
+        return bool(await self.script(RENAME, [f"{base}devices"], [base, device_id, display_name]))
 
     async def users(self) -> list[str]:
         client = self.connection.connect()
@@ -190,32 +177,3 @@ class RedisSessionStore(SessionStore):
                 with self.connection.errors():
                     await client.srem(f"{self.prefix}users", name)
         return found
-
-    # -- delegation -----------------------------------------------------------------
-
-    async def provisioned(self, user: str) -> str | None:
-        with self.connection.errors():
-            value = await self.connection.connect().hget(f"{self.prefix}delegation:provisioned", user)
-        return text(value) if value is not None else None
-
-    async def set_provisioned(self, user: str, digest: str) -> None:
-        with self.connection.errors():
-            await self.connection.connect().hset(f"{self.prefix}delegation:provisioned", user, digest)
-
-    async def mark_resync(self, user: str, mark: int) -> None:
-        with self.connection.errors():
-            await self.connection.connect().hset(f"{self.prefix}delegation:resync", user, str(mark))
-
-    async def resyncs(self) -> dict[str, int]:
-        with self.connection.errors():
-            found = await self.connection.connect().hgetall(f"{self.prefix}delegation:resync")
-        return {text(user): int(mark) for user, mark in found.items()}
-
-    async def clear_resync(self, user: str, mark: int) -> bool:
-        return bool(await self._script(CLEAR_RESYNC, [f"{self.prefix}delegation:resync"], [user, str(mark)]))
-
-    # -- shared rate limits ---------------------------------------------------------
-
-    async def rate_limit(self, key: str, interval: float, capacity: float, *, take: bool = True) -> float:
-        wait = await self._script(RATE_LIMIT, [f"{self.prefix}rl:{key}"], [repr(interval), repr(capacity), int(take)])
-        return float(wait)

@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import logging
-import os
 import sqlite3
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
-from backends.base import ConfigError, StoreUnavailable, resolve_path
+from backends.base import resolve_path
 from backends.sessions.base import Device, Session, SessionStore
-from backends.sessions.sqlite_changes import ChangeCounter
-from backends.sessions.sqlite_schema import connect, migrate, open_problem, open_retrying
+from backends.sessions.sqlite_buckets import SqliteRateBuckets
+from backends.sessions.sqlite_delegation import SqliteDelegationState
+from backends.sessions.sqlite_file import SqliteFile
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
-STORE = "session store"
 # Tombstones and expired sessions are purged at most this often (seconds), by the writer.
 PURGE_EVERY = 600.0
 _SESSION_COLUMNS = (
@@ -27,20 +22,20 @@ _SESSION_COLUMNS = (
     "identity_fp, password_fp"
 )
 _GET = f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE token_hash = ?"
-KEPT_SESSIONS = 10_000  # sessions (and absences) a process keeps; past this, it starts afresh
+KEPT_SESSIONS = 10_000  # sessions a process keeps; past this, it starts afresh
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class SqliteSessionStore(SessionStore):
-    """Sessions in one SQLite file (WAL): safe for several processes on one host.
+class SqliteSessionStore(SqliteDelegationState, SqliteRateBuckets, SessionStore):
+    """Sessions and devices in one SQLite file (WAL), safe for several processes on one host;
+    delegation state and rate buckets in the same file (its other parts, one class each).
 
-    Writes run on one thread of their own, never on the event loop. The hot-path read
-    (`get`) runs on the loop, on a read connection of its own (in WAL mode a reader never
-    waits for a writer), and keeps what it read while the processes' shared change counter
-    says nothing was written since (sqlite_changes).
+    The file's plumbing is `db` (sqlite_file.SqliteFile): writes on its writer thread. The
+    hot-path read (`get`) runs on the loop, on the read connection, and keeps what it read
+    while the processes' shared change counter says no session ended since (sqlite_changes).
     """
 
     name = "sqlite"
@@ -49,13 +44,10 @@ class SqliteSessionStore(SessionStore):
         self.path = path
         self.timeout = timeout
         self.keep_ended_ms = int(keep_ended * 1000)
-        self._writer: concurrent.futures.ThreadPoolExecutor | None = None
-        self._write_conn: sqlite3.Connection | None = None
-        self._read_conn: sqlite3.Connection | None = None
+        self.db = SqliteFile(path, timeout)
         self._last_purge = 0.0
-        self._changes: ChangeCounter | None = None
-        # token_hash -> (the session or None, the change counter's value it was read at)
-        self._kept: dict[str, tuple[Session | None, int]] = {}
+        # token_hash -> (the session, the change counter's value it was read at)
+        self._kept: dict[str, tuple[Session, int]] = {}
 
     @classmethod
     def from_config(cls, options: dict[str, Any], *, config_dir: str) -> SqliteSessionStore:
@@ -66,96 +58,15 @@ class SqliteSessionStore(SessionStore):
             keep_ended=options["keep_ended"],
         )
 
-    # -- lifecycle ------------------------------------------------------------------
-
     async def start(self) -> None:
-        self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sessions-sqlite")
-        try:
-            self._changes = ChangeCounter(self.path)
-            await self._write(self._open_writer)
-            # The read connection is opened here, on the loop's thread, and used only there;
-            # its hot-path reads wait at most 0.2 s for a lock.
-            self._read_conn = open_retrying(lambda: connect(self.path, 0.2), self.timeout)
-            self._read_conn.execute("PRAGMA query_only=1")
-        except (sqlite3.Error, OSError, StoreUnavailable) as exc:
-            await self.close()
-            raise ConfigError(f"sessions.sqlite.path: {self.path}: {open_problem(self.path, exc)}") from None
-
-    def _open_writer(self) -> None:
-        if not os.path.exists(self.path):
-            try:
-                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-            except FileExistsError:
-                pass  # another worker made it first
-        def open_and_migrate() -> sqlite3.Connection:
-            conn = connect(self.path, self.timeout)
-            try:
-                with self._counter().writing():
-                    migrate(conn)
-            except BaseException:
-                conn.close()
-                raise
-            return conn
-
-        self._write_conn = open_retrying(open_and_migrate, self.timeout)
+        await self.db.start()
 
     async def close(self) -> None:
         self._kept.clear()
-        if self._read_conn is not None:
-            self._read_conn.close()
-            self._read_conn = None
-        if self._writer is not None:
-            writer, self._writer = self._writer, None
-            if self._write_conn is not None:
-                conn, self._write_conn = self._write_conn, None
-                await asyncio.get_running_loop().run_in_executor(writer, conn.close)
-            writer.shutdown(wait=False)
-        if self._changes is not None:
-            self._changes.close()
-            self._changes = None
+        await self.db.close()
 
     async def check_health(self) -> None:
-        await self._write(lambda: self._conn().execute("SELECT 1").fetchone())
-
-    # -- plumbing -------------------------------------------------------------------
-
-    def _conn(self) -> sqlite3.Connection:
-        if self._write_conn is None:
-            raise StoreUnavailable("not started", store=STORE)
-        return self._write_conn
-
-    def _counter(self) -> ChangeCounter:
-        if self._changes is None:
-            raise StoreUnavailable("not started", store=STORE)
-        return self._changes
-
-    async def _write(self, work: Callable[[], T]) -> T:
-        """Run `work` on the writer thread; StoreUnavailable when it fails or takes too long."""
-        if self._writer is None:
-            raise StoreUnavailable("not started", store=STORE)
-        future = asyncio.get_running_loop().run_in_executor(self._writer, work)
-        try:
-            return await asyncio.wait_for(future, self.timeout + 1.0)
-        except TimeoutError:
-            raise StoreUnavailable(f"{self.path}: timed out", store=STORE) from None
-        except sqlite3.Error as exc:
-            raise StoreUnavailable(f"{self.path}: {exc}", store=STORE) from None
-
-    def _transaction(self, work: Callable[[sqlite3.Connection], T]) -> Callable[[], T]:
-        def run() -> T:
-            conn = self._conn()
-            # Every write moves the change counter: the processes' kept sessions are read again.
-            with self._counter().writing():
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    result = work(conn)
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-                conn.execute("COMMIT")
-            return result
-
-        return run
+        await self.db.write(lambda: self.db.conn().execute("SELECT 1").fetchone())
 
     # -- sessions -------------------------------------------------------------------
 
@@ -171,25 +82,27 @@ class SqliteSessionStore(SessionStore):
                 "INSERT OR IGNORE INTO devices (user, device_id, display_name) VALUES (?, ?, ?)",
                 (session.user, session.device_id, display_name or ""),
             )
-            self._maybe_purge(conn)
 
-        await self._write(self._transaction(work))
+        # A new session changes nothing a process keeps (absences are not kept, see `get`).
+        await self.db.write(self.db.transaction(work))
+        if time.monotonic() - self._last_purge >= PURGE_EVERY:
+            self._last_purge = time.monotonic()
+            await self.db.write(self.db.transaction(self._purge, ends=True))
 
     async def get(self, user: str, token_hash: str) -> Session | None:
-        if self._read_conn is None or self._changes is None:
-            raise StoreUnavailable("not started", store=STORE)
+        changes = self.db.counter()
         # What was read at this counter value is the file's still (sqlite_changes).
-        seen = self._changes.value()
+        seen = changes.value()
         kept = self._kept.get(token_hash)
+        session: Session | None
         if kept is not None and kept[1] == seen:
             session = kept[0]
         else:
-            try:
-                row = self._read_conn.execute(_GET, (token_hash,)).fetchone()
-            except sqlite3.Error as exc:
-                raise StoreUnavailable(f"{self.path}: {exc}", store=STORE) from None
+            row = self.db.read(_GET, (token_hash,))
             session = None if row is None else Session(*row)
-            if not seen & 1 and self._changes.value() == seen:
+            # An absence is not kept: a login may open that token's session without moving
+            # the counter. A kept session changes only by its end (or purge), which moves it.
+            if session is not None and not seen & 1 and changes.value() == seen:
                 if len(self._kept) >= KEPT_SESSIONS:
                     self._kept.clear()
                 self._kept[token_hash] = (session, seen)
@@ -207,7 +120,7 @@ class SqliteSessionStore(SessionStore):
                 (ip, ts, token_hash, user),
             )
 
-        await self._write(self._transaction(work))
+        await self.db.write(self.db.transaction(work))
 
     async def end(self, user: str, token_hash: str) -> bool:
         def work(conn: sqlite3.Connection) -> bool:
@@ -221,7 +134,7 @@ class SqliteSessionStore(SessionStore):
             self._drop_unused_devices(conn, user, [row[0]])
             return True
 
-        return await self._write(self._transaction(work))
+        return await self.db.write(self.db.transaction(work, ends=True))
 
     async def end_devices(self, user: str, device_ids: list[str] | None) -> int:
         def work(conn: sqlite3.Connection) -> int:
@@ -241,7 +154,7 @@ class SqliteSessionStore(SessionStore):
             self._drop_unused_devices(conn, user, device_ids)
             return count
 
-        return await self._write(self._transaction(work))
+        return await self.db.write(self.db.transaction(work, ends=True))
 
     async def end_stale(self, user: str, identity_fps: list[str], password_fps: list[str] | None) -> list[str]:
         stale = f"identity_fp NOT IN ({', '.join('?' * len(identity_fps))})"
@@ -262,11 +175,11 @@ class SqliteSessionStore(SessionStore):
         def run() -> list[str]:
             # The sweep asks this of every user each time: a read first, so the usual "none"
             # takes no write lock from the other processes.
-            if self._conn().execute(f"SELECT 1 FROM sessions WHERE {where} LIMIT 1", args).fetchone() is None:
+            if self.db.conn().execute(f"SELECT 1 FROM sessions WHERE {where} LIMIT 1", args).fetchone() is None:
                 return []
-            return self._transaction(work)()
+            return self.db.transaction(work, ends=True)()
 
-        return await self._write(run)
+        return await self.db.write(run)
 
     async def refingerprint(
         self, user: str, identity_fps: list[str], password_fps: list[str] | None, new: tuple[str, str] | None
@@ -277,11 +190,13 @@ class SqliteSessionStore(SessionStore):
             where += f" AND (password_fp IS NULL OR password_fp IN ({', '.join('?' * len(password_fps))}))"
             args += password_fps
         if new is None:
-            return int(await self._write(
-                lambda: self._conn().execute(f"SELECT COUNT(*) FROM sessions WHERE {where}", args).fetchone()[0]
+            return int(await self.db.write(
+                lambda: self.db.conn().execute(f"SELECT COUNT(*) FROM sessions WHERE {where}", args).fetchone()[0]
             ))
         update = f"UPDATE sessions SET identity_fp = ?, password_fp = ? WHERE {where}"
-        return await self._write(self._transaction(lambda conn: conn.execute(update, [*new, *args]).rowcount))
+        # `ends`: every process reads its kept sessions again (their fingerprints changed).
+        work = self.db.transaction(lambda conn: conn.execute(update, [*new, *args]).rowcount, ends=True)
+        return await self.db.write(work)
 
     @staticmethod
     def _drop_unused_devices(conn: sqlite3.Connection, user: str, device_ids: list[str]) -> None:
@@ -311,10 +226,10 @@ class SqliteSessionStore(SessionStore):
         return [Device(*row) for row in rows]
 
     async def devices(self, user: str) -> list[Device]:
-        return await self._write(lambda: self._device_rows(self._conn(), user, None))
+        return await self.db.write(lambda: self._device_rows(self.db.conn(), user, None))
 
     async def device(self, user: str, device_id: str) -> Device | None:
-        rows = await self._write(lambda: self._device_rows(self._conn(), user, device_id))
+        rows = await self.db.write(lambda: self._device_rows(self.db.conn(), user, device_id))
         return rows[0] if rows else None
 
     async def rename_device(self, user: str, device_id: str, display_name: str) -> bool:
@@ -328,84 +243,19 @@ class SqliteSessionStore(SessionStore):
             )
             return True
 
-        return await self._write(self._transaction(work))
+        return await self.db.write(self.db.transaction(work))
 
     async def users(self) -> list[str]:
-        rows = await self._write(
-            lambda: self._conn().execute("SELECT DISTINCT user FROM sessions WHERE ended_ts IS NULL").fetchall()
+        rows = await self.db.write(
+            lambda: self.db.conn().execute("SELECT DISTINCT user FROM sessions WHERE ended_ts IS NULL").fetchall()
         )
         return [row[0] for row in rows]
 
-    # -- delegation -----------------------------------------------------------------
-
-    async def provisioned(self, user: str) -> str | None:
-        row = await self._write(
-            lambda: self._conn().execute("SELECT digest FROM delegation_users WHERE user = ?", (user,)).fetchone()
-        )
-        return row[0] if row else None
-
-    async def set_provisioned(self, user: str, digest: str) -> None:
-        def work(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "INSERT INTO delegation_users (user, digest) VALUES (?, ?) "
-                "ON CONFLICT (user) DO UPDATE SET digest = excluded.digest",
-                (user, digest),
-            )
-
-        await self._write(self._transaction(work))
-
-    async def mark_resync(self, user: str, mark: int) -> None:
-        def work(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "INSERT INTO delegation_resync (user, mark) VALUES (?, ?) "
-                "ON CONFLICT (user) DO UPDATE SET mark = excluded.mark",
-                (user, mark),
-            )
-
-        await self._write(self._transaction(work))
-
-    async def resyncs(self) -> dict[str, int]:
-        rows = await self._write(lambda: self._conn().execute("SELECT user, mark FROM delegation_resync").fetchall())
-        return {user: mark for user, mark in rows}
-
-    async def clear_resync(self, user: str, mark: int) -> bool:
-        def work(conn: sqlite3.Connection) -> bool:
-            cursor = conn.execute("DELETE FROM delegation_resync WHERE user = ? AND mark = ?", (user, mark))
-            return cursor.rowcount > 0
-
-        return await self._write(self._transaction(work))
-
-    # -- shared rate limits ---------------------------------------------------------
-
-    async def rate_limit(self, key: str, interval: float, capacity: float, *, take: bool = True) -> float:
-        def work(conn: sqlite3.Connection) -> float:
-            # The host's clock: every process of one host shares it.
-            now = time.time()
-            row = conn.execute("SELECT full_at FROM rate_limits WHERE key = ?", (key,)).fetchone()
-            full_at = row[0] if row is not None else now
-            new_full_at = max(full_at, now) + interval
-            excess = new_full_at - now - capacity
-            if excess > 1e-9:
-                return excess
-            if not take:
-                return 0.0
-            conn.execute(
-                "INSERT INTO rate_limits (key, full_at) VALUES (?, ?) "
-                "ON CONFLICT (key) DO UPDATE SET full_at = excluded.full_at",
-                (key, new_full_at),
-            )
-            return 0.0
-
-        return await self._write(self._transaction(work))
-
     # -- upkeep ---------------------------------------------------------------------
 
-    def _maybe_purge(self, conn: sqlite3.Connection) -> None:
-        """Forget old tombstones, expired sessions and full buckets, at most every PURGE_EVERY s."""
-        now = time.monotonic()
-        if now - self._last_purge < PURGE_EVERY:
-            return
-        self._last_purge = now
+    def _purge(self, conn: sqlite3.Connection) -> None:
+        """Forget old tombstones, expired sessions and full buckets (after a login, at most every
+        PURGE_EVERY s): it removes sessions, so it moves the change counter."""
         now_ms = _now_ms()
         conn.execute(
             "DELETE FROM sessions WHERE (ended_ts IS NOT NULL AND ended_ts < ?) "

@@ -3,26 +3,29 @@
 Checking a token's session is one SQLite read per request, and a read is far dearer inside
 a busy server than it measures alone (~15-20 us of CPU under load against ~5 us in a
 loop: it starts a read transaction, takes two file locks, walks two B-trees). The counter
-lets a reader skip it while nothing has been written: an 8-byte number in a file beside
+lets a reader skip it while no session has ended: an 8-byte number in a file beside
 the database (`<path>-changes`), mapped into the memory of every process that opens the
 store, so reading it costs no system call.
 
 It works as a seqlock:
 
-- a writer, holding an exclusive lock on the counter's file (so writers of all processes,
-  and of all threads of one, take turns), makes the number odd before its transaction and
-  even again after it commits or rolls back;
+- a writer that may end or remove a session (logout, revocation, the purge of tombstones),
+  holding an exclusive lock on the counter's file (so such writers of all processes, and
+  of all threads of one, take turns), makes the number odd before its transaction and
+  even again after it commits or rolls back. The other writes leave it alone: a session
+  opened (readers keep no absences), a last-seen touch, a rate-limit step, delegation
+  marks change nothing a reader keeps, as Synapse invalidates only the key it changed;
 - a reader that sees the same even number before and after its database read has read a
   state no transaction changed in between, and keeps it with that number;
-- while the number still shows that value, no transaction has started since: the kept
-  state is the database's state. Any other value (a write under way, or done) sends the
-  reader back to the database.
+- while the number still shows that value, no session has ended since: the kept session
+  is the database's (but for its last-seen, which nothing read through the cache uses).
+  Any other value (an end under way, or done) sends the reader back to the database.
 
 A writer that dies mid-transaction leaves the number odd: readers then read the database
-every time (correct, just slower) until the next write makes it even again. Every write
+every time (correct, just slower) until the next end makes it even again. Every end
 the service makes goes through the store and so through the counter; a change made to
 the file by other means (the sqlite3 shell) is not seen by processes that kept the state
-before it, until the next write through the store.
+before it, until the next end through the store.
 """
 
 from __future__ import annotations

@@ -25,21 +25,10 @@ class SqlitePageSessions(PageSessions):
         self.store = store
 
     async def _transaction(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        def run() -> T:
-            conn = self.store._conn()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                result = work(conn)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            return result
-
-        return await self.store._write(run)
+        return await self.store.db.write(self.store.db.transaction(work))
 
     async def _read(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        return await self.store._write(lambda: work(self.store._conn()))
+        return await self.store.db.write(lambda: work(self.store.db.conn()))
 
     async def open(self, session: BrowserSession) -> None:
         def work(conn: sqlite3.Connection) -> None:

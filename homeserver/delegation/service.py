@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from backends.base import StoreUnavailable, User, canonical_email
+from backends.sessions.delegation import DelegationState
 from homeserver.delegation.locks import KeyedLocks
 from homeserver.delegation.settings import DelegationSettings
 from homeserver.delegation.synapse import (
@@ -107,9 +108,12 @@ class Delegation:
         server_name: str,
         client: SynapseClient | None = None,
         metrics: Metrics | None = None,
+        *,
+        state: DelegationState,
     ) -> None:
         self.settings = settings
         self.sessions = sessions
+        self.state = state  # what Synapse was told (the session store's DelegationState)
         self.server_name = server_name
         self.metrics = metrics
         self.client = client if client is not None else SynapseClient(
@@ -180,7 +184,7 @@ class Delegation:
         cheap read), so a name an admin set there is put back by the next login. Raises
         SynapseError."""
         digest = profile_digest(user)
-        if await self.sessions.store.provisioned(user.name) == digest:
+        if await self.state.provisioned(user.name) == digest:
             try:
                 found = await self.client.query_user(user.name)
             except SynapseNotFound:  # Synapse lost the user (its database was reset)
@@ -200,14 +204,14 @@ class Delegation:
         is harmless). A change of the lock alone sends only the lock: the profile (and the
         rooms' member events) stay untouched at Synapse."""
         try:
-            told = await self.sessions.store.provisioned(user.name)
+            told = await self.state.provisioned(user.name)
             digest = profile_digest(user)
             # Never told (never logged in since delegation): their first login provisions.
             if told is None or told == digest:
                 return
             if told == profile_digest(dataclasses.replace(user, locked=not user.locked)):
                 await self.client.set_locked(user.name, user.locked)
-                await self.sessions.store.set_provisioned(user.name, digest)
+                await self.state.set_provisioned(user.name, digest)
                 logger.info("delegation: %s %r at Synapse", "locked" if user.locked else "unlocked", user.name)
             else:
                 await self._provision(user, digest)
@@ -219,7 +223,7 @@ class Delegation:
         created = await self.client.provision_user(
             user.name, display_name=display, avatar_url=avatar, emails=emails, locked=user.locked
         )
-        await self.sessions.store.set_provisioned(user.name, digest or profile_digest(user))
+        await self.state.set_provisioned(user.name, digest or profile_digest(user))
         logger.info("delegation: %s %r at Synapse%s", "created" if created else "updated", user.name,
                     " (locked)" if user.locked else "")
         return created
@@ -297,14 +301,14 @@ class Delegation:
 
     async def _mark(self, user: str) -> None:
         try:
-            await self.sessions.store.mark_resync(user, time.time_ns())
+            await self.state.mark_resync(user, time.time_ns())
         except StoreUnavailable as exc:
             logger.error("delegation: cannot remember that Synapse must be told about %r again: %s", user, exc)
 
     async def resync_pending(self) -> tuple[int, int]:
         """Sync every marked user's devices at Synapse; (users done, users left)."""
         done = 0
-        pending = await self.sessions.store.resyncs()
+        pending = await self.state.resyncs()
         for user, mark in sorted(pending.items()):
             async with self._locks.hold(user):
                 try:
@@ -319,7 +323,7 @@ class Delegation:
                         logger.warning("delegation: resync of %r refused, retrying: %s", user, exc)
                     continue
                 self._refusals.pop(user, None)
-                await self.sessions.store.clear_resync(user, mark)
+                await self.state.clear_resync(user, mark)
             done += 1
             logger.info("delegation: Synapse now has the devices of %r as they are here", user)
         if self.metrics is not None:
@@ -332,7 +336,7 @@ class Delegation:
         sessions here. What was done ("created", "updated", "unchanged", "not in the user
         store") and the devices. Raises SynapseError."""
         async with self._locks.hold(name):
-            pending = (await self.sessions.store.resyncs()).get(name)
+            pending = (await self.state.resyncs()).get(name)
             done = "not in the user store"
             if user is not None:
                 done = await self._provision_unless_same(user)
@@ -341,7 +345,7 @@ class Delegation:
             except SynapseNotFound:  # a user Synapse never had has no devices there
                 devices = sorted(d.device_id for d in await self.sessions.store.devices(name))
             if pending is not None:
-                await self.sessions.store.clear_resync(name, pending)
+                await self.state.clear_resync(name, pending)
         return done, devices
 
     async def probe(self) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from backends.sessions import buckets_of
 from backends.sessions.oauth_stores import create_oauth_store
 from homeserver.config import Config
 from homeserver.oauth.service import OAuth, OAuthSettings
@@ -39,7 +40,7 @@ def build_oauth(
         OAuthSettings(access_token_lifetime=section["access_token_lifetime"]),
         create_oauth_store(store),
         sessions=store,
-        buckets=store,
+        buckets=buckets_of(store),
         users=users,
         devices=devices,
         credentials=credentials,

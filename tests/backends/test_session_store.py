@@ -1,4 +1,6 @@
-"""The session store contract, the same for every store: sessions, devices, tombstones, GCRA."""
+"""The session store's contracts, one per interface (backends/sessions/__init__.py), each run
+against SQLite and a real Redis: sessions and devices (SessionStore), delegation state
+(DelegationState), shared rate buckets (RateBuckets)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,17 @@ import uuid
 
 import pytest
 
-from backends.sessions import Session, create_session_store
+from backends.sessions import (
+    DelegationState,
+    RateBuckets,
+    Session,
+    SessionStore,
+    buckets_of,
+    create_session_store,
+    delegation_state_of,
+)
+from backends.sessions.redis import RedisSessionStore
+from backends.sessions.sqlite import SqliteSessionStore
 from backends.sessions.sqlite_schema import VERSION, migrate
 from homeserver.config import build_config
 from homeserver.ratelimit import TokenBuckets
@@ -36,6 +48,50 @@ def each_session_store(request, tmp_path, io_loop):
     io_loop.run_sync(each_session_store.start)
     yield each_session_store
     io_loop.run_sync(each_session_store.close)
+
+
+@pytest.fixture
+def each_delegation_state(each_session_store) -> DelegationState:
+    """The store seen as its DelegationState, as homeserver.delegation takes it."""
+    return delegation_state_of(each_session_store)
+
+
+@pytest.fixture
+def each_rate_buckets(each_session_store) -> RateBuckets:
+    """The store seen as its RateBuckets, as homeserver.ratelimit takes it."""
+    return buckets_of(each_session_store)
+
+
+@pytest.mark.parametrize("store_class", [SqliteSessionStore, RedisSessionStore])
+def test_each_store_implements_every_interface_and_each_job_is_in_one(store_class):
+    interfaces = (SessionStore, DelegationState, RateBuckets)
+    assert all(issubclass(store_class, interface) for interface in interfaces)
+    jobs = [set(interface.__abstractmethods__) for interface in interfaces]
+    assert all(not a & b for i, a in enumerate(jobs) for b in jobs[i + 1:])  # no method in two interfaces
+    assert not store_class.__abstractmethods__
+
+
+async def test_each_interface_of_one_store_is_the_same_object(each_session_store):
+    assert buckets_of(each_session_store) is each_session_store
+    assert delegation_state_of(each_session_store) is each_session_store
+
+
+async def test_two_servers_on_one_store_share_delegation_state_and_buckets(each_session_store, request, tmp_path):
+    """What one worker or server marks, the others on the same store see."""
+    kind = each_session_store.name
+    options = store_options(kind, tmp_path, request)
+    if kind == "redis":
+        options["key_prefix"] = each_session_store.prefix
+    other = create_session_store(kind, options, config_dir=str(tmp_path))
+    await other.start()
+    try:
+        await delegation_state_of(each_session_store).mark_resync("alice", 7)
+        assert await delegation_state_of(other).resyncs() == {"alice": 7}
+        assert await buckets_of(each_session_store).rate_limit("address:x", 1.0, 1.0) == 0.0
+        assert await buckets_of(other).rate_limit("address:x", 1.0, 1.0, take=False) > 0
+        assert await buckets_of(other).rate_limit("address:x", 1.0, 1.0) > 0
+    finally:
+        await other.close()
 
 
 async def test_open_get_end_keeps_a_tombstone(each_session_store):
@@ -88,17 +144,19 @@ async def test_expired_sessions_are_gone(each_session_store):
 
 
 @pytest.mark.parametrize("rate, burst", [(1.0, 3), (0.17, 3), (10.0, 1)])
-async def test_rate_limit_is_the_gcra_of_token_buckets(each_session_store, rate, burst):
+async def test_rate_limit_is_the_gcra_of_token_buckets(each_rate_buckets, rate, burst):
+    buckets = each_rate_buckets
     local = TokenBuckets(rate, burst)
     interval, capacity = local.interval, local.capacity
-    shared = [await each_session_store.rate_limit("k", interval, capacity) for _ in range(burst + 2)]
+    shared = [await buckets.rate_limit("k", interval, capacity) for _ in range(burst + 2)]
     expected = [local.take("k") for _ in range(burst + 2)]
     assert [w == 0.0 for w in shared] == [w == 0.0 for w in expected]
     assert shared[-1] == pytest.approx(expected[-1], abs=0.05)
     # Peeking takes nothing.
-    peek = await each_session_store.rate_limit("k", interval, capacity, take=False)
+    peek = await buckets.rate_limit("k", interval, capacity, take=False)
     assert peek == pytest.approx(expected[-1], abs=0.05)
-    assert await each_session_store.rate_limit("other", interval, capacity, take=False) == 0.0
+    assert await buckets.rate_limit("other", interval, capacity, take=False) == 0.0
+    assert await buckets.rate_limit("other", interval, capacity, take=False) == 0.0  # still nothing taken
 
 
 def test_migration_from_an_empty_and_an_older_file(tmp_path):
@@ -113,24 +171,24 @@ def test_migration_from_an_empty_and_an_older_file(tmp_path):
     conn.close()
 
 
-async def test_delegation_provisioned_digest(each_session_store):
-    assert await each_session_store.provisioned("alice") is None
-    await each_session_store.set_provisioned("alice", "d1")
-    await each_session_store.set_provisioned("alice", "d2")
-    assert await each_session_store.provisioned("alice") == "d2"
-    assert await each_session_store.provisioned("bob") is None
+async def test_delegation_provisioned_digest(each_delegation_state):
+    assert await each_delegation_state.provisioned("alice") is None
+    await each_delegation_state.set_provisioned("alice", "d1")
+    await each_delegation_state.set_provisioned("alice", "d2")
+    assert await each_delegation_state.provisioned("alice") == "d2"
+    assert await each_delegation_state.provisioned("bob") is None
 
 
-async def test_delegation_resync_is_cleared_only_if_not_marked_again(each_session_store):
-    assert await each_session_store.resyncs() == {}
-    await each_session_store.mark_resync("alice", 1)
-    await each_session_store.mark_resync("bob", 5)
-    await each_session_store.mark_resync("alice", 2)  # a second failure while the first is retried
-    assert await each_session_store.resyncs() == {"alice": 2, "bob": 5}
-    assert not await each_session_store.clear_resync("alice", 1)  # the retry read mark 1: alice stays
-    assert await each_session_store.clear_resync("alice", 2)
-    assert await each_session_store.clear_resync("bob", 5)
-    assert await each_session_store.resyncs() == {}
+async def test_delegation_resync_is_cleared_only_if_not_marked_again(each_delegation_state):
+    assert await each_delegation_state.resyncs() == {}
+    await each_delegation_state.mark_resync("alice", 1)
+    await each_delegation_state.mark_resync("bob", 5)
+    await each_delegation_state.mark_resync("alice", 2)  # a second failure while the first is retried
+    assert await each_delegation_state.resyncs() == {"alice": 2, "bob": 5}
+    assert not await each_delegation_state.clear_resync("alice", 1)  # the retry read mark 1: alice stays
+    assert await each_delegation_state.clear_resync("alice", 2)
+    assert await each_delegation_state.clear_resync("bob", 5)
+    assert await each_delegation_state.resyncs() == {}
 
 
 # -- credential fingerprints (account state) ------------------------------------------------

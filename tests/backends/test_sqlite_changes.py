@@ -1,6 +1,7 @@
-"""The SQLite store keeps the sessions it read only while no process has written since
-(the change counter, backends/sessions/sqlite_changes.py): a write by any process is seen
-by every other at its next read, as if nothing were kept."""
+"""The SQLite store keeps the sessions it read only while no process has ended a session
+since (the change counter, backends/sessions/sqlite_changes.py): an end by any process is
+seen by every other at its next read, as if nothing were kept; the production write mix
+(logins, last-seen touches, rate steps and peeks) leaves what is kept in place."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def two_stores(tmp_path, io_loop):
     stores = [SqliteSessionStore(path, timeout=1.0), SqliteSessionStore(path, timeout=1.0)]
     for store in stores:
         io_loop.run_sync(store.start)
-    stores[0]._read_conn = CountingConnection(stores[0]._read_conn)
+    stores[0].db.read_conn = CountingConnection(stores[0].db.read_conn)
     yield stores
     for store in stores:
         io_loop.run_sync(store.close)
@@ -67,25 +68,22 @@ def test_the_counter_is_odd_while_a_write_runs_and_even_after(tmp_path):
         second.close()
 
 
-async def test_a_kept_session_is_read_again_after_any_write_by_another_process(two_stores):
+async def test_a_kept_session_is_read_again_after_an_end_by_another_process(two_stores):
     a, b = two_stores
     await b.open(session("h1"), None)
     assert (await a.get("alice", "h1")).ended_ts is None
-    reads = a._read_conn.reads
+    reads = a.db.read_conn.reads
     assert (await a.get("alice", "h1")).ended_ts is None
-    assert a._read_conn.reads == reads  # nothing written since: kept
+    assert a.db.read_conn.reads == reads  # nothing written since: kept
     assert await a.get("bob", "h1") is None  # kept for its own user only
 
     assert await b.end("alice", "h1") is True  # a logout in the other process
     ended = await a.get("alice", "h1")
     assert ended is not None and ended.ended_ts is not None
 
-    assert await a.get("alice", "h2") is None  # an absence is kept too...
-    await b.open(session("h2"), None)
-    assert (await a.get("alice", "h2")).ended_ts is None  # ...until a login writes
-
-    await b.touch("alice", "h2", "10.9.9.9", 5)
-    assert (await a.get("alice", "h2")).last_seen_ip == "10.9.9.9"
+    assert await a.get("alice", "h2") is None  # an absence is not kept:
+    await b.open(session("h2"), None)  # a login does not move the counter
+    assert (await a.get("alice", "h2")).ended_ts is None
 
 
 async def test_an_expired_session_is_refused_even_when_kept(two_stores, monkeypatch):
@@ -99,13 +97,13 @@ async def test_an_expired_session_is_refused_even_when_kept(two_stores, monkeypa
 async def test_while_a_write_seems_under_way_nothing_is_kept(two_stores):
     a, b = two_stores
     await b.open(session("h1"), None)
-    _FORMAT.pack_into(a._changes._map, 0, a._changes.value() + 1)  # odd: a writer died mid-way
-    reads = a._read_conn.reads
+    _FORMAT.pack_into(a.db.changes._map, 0, a.db.changes.value() + 1)  # odd: a writer died mid-way
+    reads = a.db.read_conn.reads
     await a.get("alice", "h1")
     await a.get("alice", "h1")
-    assert a._read_conn.reads == reads + 2
+    assert a.db.read_conn.reads == reads + 2
     await b.end("alice", "h1")  # the next write makes it even again
-    assert a._changes.value() % 2 == 0
+    assert a.db.changes.value() % 2 == 0
     assert (await a.get("alice", "h1")).ended_ts is not None
 
 
@@ -166,3 +164,34 @@ def test_writers_in_threads_of_one_process_take_turns(tmp_path):
     finally:
         first.close()
         second.close()
+
+
+async def test_the_production_write_mix_leaves_kept_sessions_in_place_and_answers_right(two_stores):
+    """Between one worker's reads another does what production does beside them: logins,
+    last-seen touches, rate-limit steps and peeks. The reads answer right and stay kept; a
+    session opened or ended elsewhere is seen at the next read."""
+    a, b = two_stores
+    await b.open(session("h1"), None)
+    assert (await a.get("alice", "h1")).ended_ts is None
+    reads = a.db.read_conn.reads
+
+    await b.touch("alice", "h1", "10.9.9.9", 5)
+    assert await b.rate_limit("address:10.0.0.1", 1.0, 2.0) == 0.0
+    assert await b.rate_limit("address:10.0.0.1", 1.0, 2.0) == 0.0
+    assert await b.rate_limit("failed:alice", 1.0, 2.0, take=False) == 0.0
+    await b.open(session("h2", user="bob"), None)
+    kept = await a.get("alice", "h1")
+    assert kept is not None and kept.ended_ts is None and kept.user == "alice"
+    assert a.db.read_conn.reads == reads  # none of those moved the counter: still kept
+
+    # Rate steps are the file's in every process: the peek sees the other's two takes.
+    assert await a.rate_limit("address:10.0.0.1", 1.0, 2.0, take=False) > 0
+    assert await a.rate_limit("address:10.0.0.1", 1.0, 2.0) > 0
+    # The touch is in the file (devices read it there), and bob's new session is seen.
+    assert (await a.device("alice", "D1")).last_seen_ip == "10.9.9.9"
+    assert (await a.get("bob", "h2")).ended_ts is None
+
+    await b.end("alice", "h1")  # ended elsewhere: fresh at the next read
+    assert (await a.get("alice", "h1")).ended_ts is not None
+    await b.end_devices("bob", None)
+    assert (await a.get("bob", "h2")).ended_ts is not None

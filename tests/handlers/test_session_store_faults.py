@@ -44,13 +44,13 @@ async def test_a_locked_store_is_503_then_recovers(fetch, login, tmp_path, sessi
 
 async def test_an_unreadable_store_is_503_not_401(fetch, login, session_store):
     token = (await login())["access_token"]
-    read_conn = session_store._read_conn
-    session_store._read_conn = sqlite3.connect(":memory:")  # no sessions table: every read fails
+    read_conn = session_store.db.read_conn
+    session_store.db.read_conn = sqlite3.connect(":memory:")  # no sessions table: every read fails
     try:
         resp = await fetch(WHOAMI, token=token)
         assert_error(resp, 503, "M_UNKNOWN")
         assert resp.headers["Retry-After"]
     finally:
-        session_store._read_conn.close()
-        session_store._read_conn = read_conn
+        session_store.db.read_conn.close()
+        session_store.db.read_conn = read_conn
     assert assert_json(await fetch(WHOAMI, token=token))
