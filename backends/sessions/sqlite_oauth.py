@@ -64,15 +64,24 @@ class SqliteOAuthStore(OAuthStore):
         self._ready = False
         self._last_purge = 0.0
 
+    def _schema(self) -> sqlite3.Connection:
+        conn = self._conn()
+        if not self._ready:
+            for statement in filter(str.strip, SCHEMA.split(";")):
+                conn.execute(statement)
+            self._ready = True
+        return conn
+
+    async def _read(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """`work` reading on the writer thread's connection (autocommit: no write lock taken)."""
+        result: T = await self._write(lambda: work(self._schema()))
+        return result
+
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """`work` in one write transaction on the session store's writer thread."""
 
         def run() -> T:
-            conn = self._conn()
-            if not self._ready:
-                for statement in filter(str.strip, SCHEMA.split(";")):
-                    conn.execute(statement)
-                self._ready = True
+            conn = self._schema()
             conn.execute("BEGIN IMMEDIATE")
             try:
                 result = work(conn)
@@ -122,7 +131,7 @@ class SqliteOAuthStore(OAuthStore):
             ).fetchone()
             return json.loads(row[0]) if row else None
 
-        return await self._run(work)
+        return await self._read(work)
 
     async def touch_client(self, client_id: str, idle: float) -> None:
         def work(conn: sqlite3.Connection) -> None:
@@ -187,7 +196,7 @@ class SqliteOAuthStore(OAuthStore):
             ).fetchone()
             return Grant.decode(row[0]) if row else None
 
-        return await self._run(work)
+        return await self._read(work)
 
     async def rotate_grant(self, expected_refresh_hash: str, grant: Grant, idle: float) -> bool:
         def work(conn: sqlite3.Connection) -> bool:
@@ -213,7 +222,7 @@ class SqliteOAuthStore(OAuthStore):
             ).fetchone()
             return Grant.decode(row[0]) if row else None
 
-        return await self._run(work)
+        return await self._read(work)
 
     @staticmethod
     def _delete(conn: sqlite3.Connection, grant_id: str) -> None:

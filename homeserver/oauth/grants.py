@@ -126,9 +126,15 @@ class TokenEndpoint:
             # Naming a device that has a session replaces it (its earlier sessions end).
             await oauth.devices.sessions.end_devices(user.name, [device_id], REPLACED)
             fps = (fingerprint.identity, fingerprint.password)
-            await oauth.sessions.open(oauth.grant_session(grant_id, user, device_id, client_ip, fps), display)
-            await oauth.sessions.open(oauth.access_session(access, user, device_id, client_ip), display)
-            await oauth.store.add_grant(grant, GRANT_IDLE)
+            try:
+                await oauth.sessions.open(oauth.grant_session(grant_id, user, device_id, client_ip, fps), display)
+                await oauth.sessions.open(oauth.access_session(access, user, device_id, client_ip), display)
+                await oauth.store.add_grant(grant, GRANT_IDLE)
+            except BaseException:
+                # No answer, so no half-made session left behind (the code is spent: sign in again).
+                with contextlib.suppress(Exception):
+                    await oauth.devices.sessions.end_devices(user.name, [device_id], REPLACED)
+                raise
         await oauth.store.touch_client(client_id, GRANT_IDLE)
         audit.audit(
             audit.LOGIN, user=user.name, device=device_id, client=client_ip, outcome="success",

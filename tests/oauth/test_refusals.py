@@ -200,3 +200,20 @@ async def test_a_lock_between_sign_in_and_exchange_is_invalid_grant(client, back
     code, _ = await client.code()
     await edit_users(backend, users_path, with_alice(locked=True))
     oauth_error(await client.exchange(code), "invalid_grant")
+
+
+async def test_a_store_down_is_503_temporarily_unavailable(client, hs, monkeypatch):
+    from backends.base import StoreUnavailable
+
+    code, _ = await client.code()
+
+    async def down(*args, **kwargs):
+        raise StoreUnavailable("down for the test", store="session store")
+
+    monkeypatch.setattr(hs.oauth.store, "take_code", down)
+    resp = await client.exchange(code)
+    body = oauth_error(resp, "temporarily_unavailable", 503)
+    assert "session store" in body["error_description"] and resp.headers["Retry-After"]
+    monkeypatch.setattr(hs.oauth.store, "client", down)
+    page = await client.authorize_page(await client.params())
+    assert page.status == 503 and "Try again" in text(page)
