@@ -75,7 +75,7 @@ class RedisDeviceCodes:
             found = await self.connection.connect().hmget(self._code_key(digest), ["record", "state", "decision"])
         if found[0] is None:
             return None
-        return DeviceAuthorization(digest, json.loads(found[0]), text(found[1]), json.loads(found[2] or "{}"))
+        return DeviceAuthorization(digest, json.loads(found[0]), text(found[1] or ""), json.loads(found[2] or "{}"))
 
     async def decide_device_code(self, device_hash: str, state: str, decision: dict[str, Any]) -> bool:
         done = await self._eval(DECIDE, self._code_key(device_hash), state, json.dumps(decision), PENDING)
