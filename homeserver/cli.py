@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from backends.base import STORED_FIELDS, User, UserBackend, UserExists, UserIncomplete, canonical_email
 from homeserver import __version__
 from homeserver.cli_delegation import add_commands as add_delegation_commands
+from homeserver.cli_issue import add_command as add_issue_command
 from homeserver.cli_sessions import UnknownTarget
 from homeserver.cli_sessions import add_commands as add_session_commands
 from homeserver.config import Config, load_config
@@ -301,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
         lk = command(verb, what)
         lk.add_argument("name", help="account name or user ID")
         lk.set_defaults(func=cmd_lock, lock=locking)
-    add_session_commands(command)
+    add_issue_command(add_session_commands(command))
     add_delegation_commands(command)
     return parser
 

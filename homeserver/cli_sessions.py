@@ -137,8 +137,10 @@ def _run(config: Config, name: str, work: Callable[[Sessions, str], Awaitable[li
     return 0
 
 
-def add_commands(command: Callable[[str, str], argparse.ArgumentParser]) -> None:
-    """Add `sessions list` and `sessions revoke` to the command line."""
+def add_commands(
+    command: Callable[[str, str], argparse.ArgumentParser],
+) -> argparse._SubParsersAction[argparse.ArgumentParser]:
+    """Add `sessions list` and `sessions revoke` to the command line; the `sessions` actions."""
     parser = command("sessions", "list or end a user's sessions (works on a running server's store)")
     sub = parser.add_subparsers(title="actions", metavar="{list,revoke}", required=True)
     ls = sub.add_parser("list", help="one line per device: device id, display name, last address, last seen (UTC)")
@@ -152,3 +154,4 @@ def add_commands(command: Callable[[str, str], argparse.ArgumentParser]) -> None
     which.add_argument("--device", help="the device whose sessions end")
     which.add_argument("--all", action="store_true", help="every session of the user")
     rv.set_defaults(func=cmd_revoke)
+    return sub
