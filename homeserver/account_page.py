@@ -9,8 +9,10 @@ secret); this module decides what goes in it and whether it still stands:
 - it lasts `LIFETIME` seconds from the sign-in, no longer;
 - every page request reads the user again: a user gone, locked, or whose password (or
   ident) changed since the sign-in has no page session any more;
-- the sign-out button records the nonce as ended in the session store's shared buckets,
-  so a copy of the cookie is refused on every process and server on that store.
+- it stands while its sign-in (a `BrowserSession` named by the nonce) is open in the
+  session store's page sessions (backends.sessions.pages): the sign-out button, "sign out
+  everywhere" and POST /logout/all end it there, so a copy of the cookie is refused on
+  every process and server on that store, and the page lists a user's open sign-ins.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from backends.base import User
+from backends.sessions.pages import MAX_USER_AGENT, BrowserSession
 from homeserver import audit
 from homeserver.delegation.synapse import SynapseNotFound
 from homeserver.devices import device_body, display_name_of
@@ -112,8 +115,9 @@ class PageSession:
         return cls(user, fingerprint, issued, nonce)
 
 
-class PageSessions:
-    """Make and check page sessions: the lifetime, the user still there, unlocked and unchanged."""
+class PageSignIns:
+    """Make, check, list and end page sessions: the lifetime, the sign-in still open in the
+    store, the user still there, unlocked and unchanged."""
 
     def __init__(
         self,
@@ -125,6 +129,7 @@ class PageSessions:
     ) -> None:
         self.key = key.encode("utf-8")
         self.hs = hs
+        self.store = hs.pages
         self.lifetime = lifetime
         self.clock = clock
 
@@ -143,6 +148,15 @@ class PageSessions:
     def expires(self, session: PageSession) -> int:
         return session.issued + self.lifetime
 
+    async def open(self, user: User, ip: str, user_agent: str) -> PageSession:
+        """A new sign-in of this browser, recorded in the store before its cookie is given."""
+        session = self.new(user)
+        record = BrowserSession(
+            session.nonce, user.name, session.issued, self.expires(session), ip, user_agent[:MAX_USER_AGENT]
+        )
+        await self.store.open(record)
+        return session
+
     async def check(self, session: PageSession | None) -> tuple[User | None, str | None]:
         """(the user, None) while the session stands; else (None, why it does not, or None for no session)."""
         if session is None:
@@ -157,25 +171,18 @@ class PageSessions:
             return None, "locked"
         if not hmac.compare_digest(self.fingerprint(user), session.fingerprint):
             return None, "changed"
-        if await self._ended(session):
+        if await self.store.ended(session.user, session.nonce):
             return None, "ended"
         return user, None
 
-    # The shared buckets of the session store (homeserver.ratelimit's GCRA step) hold the
-    # ended nonces: one step with interval = capacity = the lifetime marks a key for that
-    # long; a peek (take=False) at a marked key says wait > 0, at any other key 0.
-    def _bucket(self, session: PageSession) -> str:
-        return "account-page-ended:" + session.nonce
+    async def list_open(self, user: User) -> list[BrowserSession]:
+        """The user's open sign-ins to the page, oldest first."""
+        return await self.store.list_open(user.name)
 
     async def end(self, session: PageSession) -> None:
         """Refuse this session's cookie from now on, everywhere the session store reaches."""
-        store = self.hs.sessions.store
-        await store.rate_limit(self._bucket(session), self.lifetime, self.lifetime)
+        await self.store.end(session.user, session.nonce)
         audit.audit(audit.LOGOUT, user=session.user, reason=AUDIT_REASON)
-
-    async def _ended(self, session: PageSession) -> bool:
-        store = self.hs.sessions.store
-        return await store.rate_limit(self._bucket(session), self.lifetime, self.lifetime, take=False) > 0
 
 
 class PageError(Exception):

@@ -9,6 +9,7 @@ import os
 import unicodedata
 from collections.abc import Awaitable, Callable
 
+from backends.sessions.pages import page_sessions_for
 from homeserver import audit
 from homeserver.config import Config, load_config
 from homeserver.context import create_backend, create_session_store
@@ -116,7 +117,10 @@ def cmd_revoke(args: argparse.Namespace) -> int:
         # With delegation, Synapse deletes the devices too, before this returns.
         delegation = Delegation(settings, sessions, server_name) if settings is not None else None
         try:
-            count = await Devices(sessions, delegation=delegation).revoke(name, None if args.all else [args.device])
+            pages = page_sessions_for(sessions.store)  # --all ends the account page's sign-ins too
+            count = await Devices(sessions, delegation=delegation, pages=pages).revoke(
+                name, None if args.all else [args.device]
+            )
             pending = delegation is not None and name in await sessions.store.resyncs()
         finally:
             if delegation is not None:

@@ -10,6 +10,7 @@ import backends
 import backends.sessions
 from backends.base import StoreUnavailable, UserBackend
 from backends.sessions.base import SessionStore
+from backends.sessions.pages import PageSessions, page_sessions_for
 from homeserver.auth import Auth
 from homeserver.config import Config
 from homeserver.credentials import Credentials
@@ -53,6 +54,8 @@ class HomeServer:
     # The Synapse this server is the authentication service of; None when `[delegation]` is off.
     delegation: Delegation | None = None
     users: Users = field(init=False)
+    # The account page's sign-ins, kept beside the sessions (backends.sessions.pages).
+    pages: PageSessions = field(init=False)
     auth: Auth = field(init=False)
     uia: UserInteractiveAuth = field(init=False)
     login: LoginService = field(init=False)
@@ -69,7 +72,8 @@ class HomeServer:
                 end_on_password_change=self.config.get("sessions", "end_on_password_change"),
             )
         self.uia = UserInteractiveAuth(self.tokens.secret, self.users, self.checker, self.limits, self.server_name)
-        self.devices = Devices(self.sessions, self.uia, self.delegation, self.credentials)
+        self.pages = page_sessions_for(self.sessions.store)
+        self.devices = Devices(self.sessions, self.uia, self.delegation, self.credentials, pages=self.pages)
         self.auth = Auth(self.tokens, self.sessions, self.users, self.server_name, self.credentials, self.devices)
         self.login = LoginService(
             users=self.users,

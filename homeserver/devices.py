@@ -32,6 +32,7 @@ from homeserver.sessions import (
 )
 
 if TYPE_CHECKING:
+    from backends.sessions.pages import PageSessions
     from homeserver.delegation import Delegation
     from homeserver.requester import Requester
     from homeserver.uia import UserInteractiveAuth
@@ -91,8 +92,11 @@ class Devices:
         uia: UserInteractiveAuth | None = None,
         delegation: Delegation | None = None,
         credentials: Credentials | None = None,
+        pages: PageSessions | None = None,
     ) -> None:
         self.sessions = sessions
+        # The account page's sign-ins end with all of a user's sessions (sign out everywhere).
+        self.pages = pages
         self.uia = uia
         # With delegation, Synapse is told of every end of a session and every rename.
         self.delegation = delegation
@@ -179,6 +183,8 @@ class Devices:
         With delegation, Synapse is told before this returns; when it is away, the sessions
         end here all the same and Synapse is told once it is back (homeserver.delegation).
         """
+        if device_ids is None and self.pages is not None:
+            await self.pages.end_all(user)
         count = await self.sessions.end_devices(user, device_ids, reason)
         audit.audit(
             AUDIT_EVENTS.get(reason, audit.SESSIONS_ENDED),

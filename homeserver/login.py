@@ -62,13 +62,26 @@ async def check_password(users: Users, checker: PasswordChecker, user: User, pas
     except HashDecodeError as exc:
         raise _decoding_failed(users, user, str(exc)) from None
     except Overloaded:
-        raise MatrixError(
-            429,
-            M_LIMIT_EXCEEDED,
-            "Too many logins in progress, try again shortly",
-            headers={"Retry-After": "1"},
-            retry_after_ms=1000,
-        ) from None
+        raise _overloaded() from None
+
+
+def _overloaded() -> MatrixError:
+    return MatrixError(
+        429,
+        M_LIMIT_EXCEEDED,
+        "Too many logins in progress, try again shortly",
+        headers={"Retry-After": "1"},
+        retry_after_ms=1000,
+    )
+
+
+async def waste_password_check(checker: PasswordChecker, password: str) -> None:
+    """The bcrypt work a wrong password costs, for a login with no user to check it against
+    (an unknown name or address), so the time of the answer does not tell which exist."""
+    try:
+        await checker.waste(password)
+    except Overloaded:
+        raise _overloaded() from None
 
 
 def login_outcome(error: BaseException | None) -> str:
@@ -236,6 +249,8 @@ class LoginService:
         # Rule 3: exact name first, then a case-insensitive match (Complement logs in upper case).
         user = await self.users.get(request.user, case_insensitive=True)
         if user is None:
+            # The same bcrypt work as a wrong password (~0.2 s at cost 12 against ~2 ms).
+            await waste_password_check(self.checker, request.password)
             await self.limits.record_failure(request.user)
             raise LoginRefused(UNKNOWN_USER, "unknown_user")
         if issue and user.name != request.user:
@@ -256,7 +271,7 @@ class LoginService:
         if len(found) != 1:
             if len(found) > 1:
                 logger.warning("login by e-mail: an address is held by %d users; refusing it", len(found))
-            await self.checker.waste(request.password)
+            await waste_password_check(self.checker, request.password)
             await self.limits.record_failure(address_key)
             raise LoginRefused(BAD_PASSWORD, "unknown_user")
         user = found[0]

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import logging
 import os
+import re
 import secrets
 import time
 from collections.abc import Sequence
@@ -27,6 +31,16 @@ ALGORITHMS = ["HS256"]
 TOKEN_CACHE_TTL = 60.0
 # Bounds memory (~0.5 KB an entry) under a flood of distinct valid tokens.
 TOKEN_CACHE_SIZE = 10_000
+# Past this a text is no token of ours (the largest: a 255-byte name and a 512-character
+# device id, each escaped 6-fold in JSON, in base64url): refused before any decoding.
+MAX_TOKEN_LENGTH = 8192
+# A header or payload with more brackets than this is no token of ours (ours have one
+# object each and no nesting): refused before a JSON parser recurses into it.
+MAX_BRACKETS = 8
+_SEGMENT = re.compile(r"[A-Za-z0-9_-]+")
+# A JSON string, or an unterminated one to the end of the text (possessive and always
+# matching from its quote, so the search is linear whatever the text).
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*+(?:"|\\?\Z)', re.DOTALL)
 
 
 class TokenError(Exception):
@@ -98,7 +112,10 @@ class TokenIssuer:
         return claims
 
     def _decode(self, token: str) -> tuple[Claims, float | None]:
-        """The full check: signature, algorithm, claims and expiry (python-jose)."""
+        """The full check: shape first (size, alphabet, a small JSON object in each of the
+        first two segments), then signature, algorithm, claims and expiry (python-jose).
+        Whatever the text, the answer is claims or TokenError (so a 401), never another error."""
+        check_shape(token)
         first_error: Exception | None = None
         for key in self.keys:
             try:
@@ -108,6 +125,9 @@ class TokenIssuer:
                 # A claims error means this key's signature matched: that is the answer.
                 if first_error is None or isinstance(exc, (ExpiredSignatureError, JWTClaimsError)):
                     first_error = exc
+            except Exception as exc:  # the shape check let through what the decoder chokes on
+                logger.debug("token refused by the decoder: %r", exc)
+                raise TokenError("malformed token") from None
         else:
             if isinstance(first_error, ExpiredSignatureError):
                 raise TokenExpired(str(first_error)) from None
@@ -117,6 +137,42 @@ class TokenIssuer:
             raise TokenError("token lacks sub or device_id")
         exp = claims.get("exp")
         return Claims(name, device_id), float(exp) if isinstance(exp, (int, float)) else None
+
+
+def check_shape(token: str) -> None:
+    """TokenError unless `token` is three base64url segments within MAX_TOKEN_LENGTH whose first
+    two decode to a JSON object with at most MAX_BRACKETS brackets outside its strings.
+
+    Cheap (C-level regex, base64 and count over a few hundred bytes) and done before the
+    decoder, which would otherwise recurse into deeply nested JSON (RecursionError: a 500
+    and a traceback for every such request).
+    """
+    if not isinstance(token, str) or len(token) > MAX_TOKEN_LENGTH:
+        raise TokenError("token too long")
+    parts = token.split(".")
+    if len(parts) != 3 or not all(_SEGMENT.fullmatch(part) for part in parts):
+        raise TokenError("not a compact JWS")
+    for part in parts[:2]:
+        _small_object(part)
+
+
+def _small_object(segment: str) -> dict[str, object]:
+    if len(segment) % 4 == 1:
+        raise TokenError("not base64url")
+    try:
+        text = base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4)).decode("utf-8")
+    except (binascii.Error, ValueError):  # UnicodeDecodeError is a ValueError
+        raise TokenError("not base64url of UTF-8") from None
+    bare = _JSON_STRING.sub("", text)  # the structure, strings left out
+    if not bare.lstrip().startswith("{") or bare.count("{") + bare.count("[") > MAX_BRACKETS:
+        raise TokenError("not a small JSON object")
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        raise TokenError("not JSON") from None
+    if not isinstance(value, dict):
+        raise TokenError("not a JSON object")
+    return value
 
 
 def load_secret(config: Config) -> str:

@@ -1,13 +1,17 @@
 """Tokens: HS256 with a pinned algorithm list, and the generated-once secret."""
 
+import base64
+import json
 import os
 import stat
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from homeserver.config import build_config
 from homeserver.errors import ConfigError
-from homeserver.tokens import ALGORITHMS, TokenError, TokenIssuer, load_secret
+from homeserver.tokens import ALGORITHMS, MAX_TOKEN_LENGTH, TokenError, TokenIssuer, check_shape, load_secret
 
 SECRET = "k" * 32
 
@@ -90,3 +94,91 @@ def test_previous_secrets_are_checked_at_start_up(tmp_path):
         build_config({"auth": {"previous_jwt_secrets": ["short"]}}, environ={})
     from_env = build_config({}, environ={"HOMESERVER_AUTH__PREVIOUS_JWT_SECRETS": f'["{OLD}"]'})
     assert from_env.get("auth", "previous_jwt_secrets") == [OLD]
+
+
+# -- hostile shapes: refused as TokenError (a 401), never another error ---------------------
+
+
+def b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def jws(header: bytes, payload: bytes = b"{}") -> str:
+    return ".".join([b64(header), b64(payload), b64(b"sig")])
+
+
+def nested_header_token(depth: int = 100_000) -> str:
+    """What made python-jose raise RecursionError: a header of deeply nested JSON."""
+    return jws(b"[" * depth + b"]" * depth)
+
+
+UNTERMINATED = b'{"alg":"HS256","a":"' + b'\\"' * 2000
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        nested_header_token(),
+        nested_header_token(900),
+        jws(b"{" + b'"a":{' * 5000 + b"}" * 5001),
+        jws(b'{"alg":"HS256"}', b"[" * 5000),
+        jws(b'"HS256"'),  # a JSON string, not an object
+        jws(b"[]"),
+        jws(UNTERMINATED),
+        "e30.e30.c2ln=",  # padding is not in the alphabet
+        "e30.e30.c2l+",
+        "e30.e30.e30.c2ln",
+        "e30." + "A" * 9000 + ".c2ln",
+    ],
+)
+def test_hostile_shapes_are_token_errors(token):
+    with pytest.raises(TokenError):
+        TokenIssuer(SECRET).verify(token)
+
+
+def test_a_shape_our_tokens_never_have_costs_no_quadratic_time():
+    """Escaped quotes that never close: the string scan is linear (a regex search retried at
+    each quote took ~50 ms for an 8 KB token)."""
+    import time
+
+    token = jws(b'{"a":"' + b'\\"' * 2900)
+    assert len(token) <= 8192
+    start = time.perf_counter()
+    for _ in range(10):
+        with pytest.raises(TokenError):
+            check_shape(token)
+    assert time.perf_counter() - start < 0.25  # quadratic: ~0.5 s; linear: ~1 ms
+
+
+def test_our_longest_tokens_pass_the_shape_check():
+    issuer = TokenIssuer(SECRET, lifetime=3600)
+    name, device = "\u00e9" * 127, "\u2603" * 512
+    assert len(issuer.issue(name, device)) <= MAX_TOKEN_LENGTH
+    assert issuer.verify(issuer.issue(name, device)).device_id == device
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=30,
+)
+segments = (
+    st.binary(max_size=300).map(b64)
+    | json_values.map(lambda v: b64(json.dumps(v).encode()))
+    | st.integers(0, 3000).map(lambda n: b64(b"[" * n))
+    | st.text(max_size=40)
+)
+
+
+@settings(max_examples=400, deadline=None, database=None)
+@given(
+    token=st.text(max_size=300)
+    | st.binary(max_size=300).map(lambda raw: raw.decode("utf-8", "surrogateescape"))
+    | st.lists(segments, min_size=1, max_size=4).map(".".join)
+)
+def test_any_text_is_claims_or_a_token_error(token):
+    issuer = TokenIssuer(SECRET, cache_ttl=0)
+    try:
+        issuer.verify(token)
+    except TokenError:
+        pass

@@ -55,6 +55,19 @@ MIGRATIONS: list[str] = [
     ALTER TABLE sessions ADD COLUMN identity_fp TEXT;
     ALTER TABLE sessions ADD COLUMN password_fp TEXT;
     """,
+    # The account page's sign-ins (backends.sessions.sqlite_pages): one row each until it ends.
+    """
+    CREATE TABLE page_sessions (
+        id         TEXT PRIMARY KEY,  -- the page cookie's nonce
+        user       TEXT NOT NULL,
+        created    INTEGER NOT NULL,  -- seconds since the epoch
+        expires    INTEGER NOT NULL,  -- seconds since the epoch
+        ip         TEXT NOT NULL,
+        user_agent TEXT NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX page_sessions_by_user ON page_sessions (user);
+    CREATE INDEX page_sessions_by_expiry ON page_sessions (expires);
+    """,
 ]
 VERSION = len(MIGRATIONS)
 

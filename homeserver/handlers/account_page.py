@@ -27,7 +27,7 @@ class AccountPageHandler(PageHandler):
     async def get(self) -> None:
         action = page.action_of(self.get_query_argument("action", None))
         device_id = self.get_query_argument("device_id", None) or None
-        notice = NOTICES.get(self.get_query_argument("notice", ""))
+        notice = self.take_flash()
         if self.user is None:
             why = WHY_SIGNED_OUT.get(self.signed_out_why or "")
             self.render_page("signin.html", action=action, device_id=device_id, notice=notice or why, title="Sign in")
@@ -59,19 +59,25 @@ class AccountPageHandler(PageHandler):
         if action in (page.SESSION_VIEW, page.SESSION_END) and device_id is not None:
             device = await page.get_device(self.hs, user, device_id)
             if device is None:
-                devices = await page.list_devices(self.hs, user)
-                self.render_page(
-                    "sessions.html", 404, devices=devices, notice=notice,
-                    error=f"You have no session {device_id!r}: it may be signed out already.", title="Your sessions",
-                )
+                error = f"You have no session {device_id!r}: it may be signed out already."
+                await self.sessions_page(404, notice=notice, error=error)
                 return
             template = "end.html" if action == page.SESSION_END else "session.html"
             others = [d for d in await page.list_devices(self.hs, user) if d["device_id"] != device_id]
             title = "Sign out a session" if action == page.SESSION_END else "Session"
             self.render_page(template, status, device=device, others=len(others), notice=notice, title=title, **values)
             return
-        devices = await page.list_devices(self.hs, user)
-        self.render_page("sessions.html", status, devices=devices, notice=notice, title="Your sessions", **values)
+        await self.sessions_page(status, notice=notice, **values)
+
+    async def sessions_page(self, status: int, **values: Any) -> None:
+        """The sessions list: this page's own sign-ins (this browser marked) and the Matrix sessions."""
+        user = self.user
+        assert user is not None
+        values["devices"] = await page.list_devices(self.hs, user)
+        values["browsers"] = await self.sessions.list_open(user)
+        values["this_browser"] = self.session.nonce if self.session is not None else None
+        values.setdefault("current", page.SESSIONS_LIST)
+        self.render_page("sessions.html", status, title="Your sessions", **values)
 
     async def post(self) -> None:
         op = self.get_body_argument("op", "")
@@ -96,7 +102,10 @@ class AccountPageHandler(PageHandler):
             raise PageError(400, "The request could not be understood.")
         await handler(self.user, self.session)
 
-    def go(self, action: str | None = None, **params: str | None) -> None:
+    def go(self, action: str | None = None, notice: str | None = None, **params: str | None) -> None:
+        """303 to a page, with the outcome of the form (`notice`) in the flash cookie."""
+        if notice is not None:
+            self.flash(notice)
         self.redirect(page_url(action, **params), status=303)
 
     async def sign_in(self) -> None:
@@ -114,7 +123,7 @@ class AccountPageHandler(PageHandler):
                 title="Sign in",
             )
             return
-        session = self.sessions.new(user)
+        session = await self.sessions.open(user, self.client_ip, self.request.headers.get("User-Agent", ""))
         self.set_signed_cookie(page.COOKIE, session.encode(), max_age=page.LIFETIME)
         logger.info("account page: %s signed in", user.name)
         self.go(action, device_id=device_id if action in (page.SESSION_VIEW, page.SESSION_END) else None)
@@ -138,7 +147,11 @@ class AccountPageHandler(PageHandler):
 
     async def end_one(self, user: User, session: PageSession) -> None:
         device_id = self.get_body_argument("device_id", "")
-        if not await page.end_devices(self.hs, user, [device_id]):
+        # A device the user does not have is a 404 before anything ends (with delegation,
+        # nothing is asked of Synapse for it either).
+        if await page.get_device(self.hs, user, device_id) is None or not await page.end_devices(
+            self.hs, user, [device_id]
+        ):
             # Gone already (another tab, another client): say so on the list.
             await self.show(page.SESSION_VIEW, device_id)
             return
@@ -146,7 +159,19 @@ class AccountPageHandler(PageHandler):
         self.go(page.SESSIONS_LIST, notice="ended")
 
     async def end_others(self, user: User, session: PageSession) -> None:
+        """Every session but one: the one kept must be the user's (404 otherwise, as `end`),
+        and ending sessions in bulk asks for the password, as signing out everywhere does."""
         keep = self.get_body_argument("device_id", "")
+        if await page.get_device(self.hs, user, keep) is None:
+            await self.show(page.SESSION_VIEW, keep)
+            return
+        try:
+            await page.confirm_password(self.hs, user, self.get_body_argument("password", ""), self.client_ip)
+        except PageError as exc:
+            for header, value in exc.headers.items():
+                self.set_header(header, value)
+            await self.show(page.SESSION_VIEW, keep, status=exc.status, error=exc.message)
+            return
         others = [d["device_id"] for d in await page.list_devices(self.hs, user) if d["device_id"] != keep]
         if others:
             await page.end_devices(self.hs, user, others)
@@ -159,12 +184,7 @@ class AccountPageHandler(PageHandler):
         except PageError as exc:
             for header, value in exc.headers.items():
                 self.set_header(header, value)
-            self.set_status(exc.status)
-            devices = await page.list_devices(self.hs, user)
-            self.render_page(
-                "sessions.html", exc.status, devices=devices, error=exc.message, title="Your sessions",
-                current=page.SESSIONS_LIST,
-            )
+            await self.sessions_page(exc.status, error=exc.message)
             return
         await page.end_devices(self.hs, user, None)
         await self.sessions.end(session)

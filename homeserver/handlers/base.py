@@ -37,6 +37,10 @@ CORS_HEADERS = (
 )
 JSON_TYPE = "application/json"
 SERVER_HEADER = f"TornadoServer/{tornado.version}"
+# Every answer, errors included: a login's token or a person's devices and profile must not
+# be kept by a browser or a proxy. Synapse's value (older caches heed no-cache and
+# must-revalidate; no-store is the one RFC 9111 needs).
+CACHE_CONTROL = "no-cache, no-store, must-revalidate"
 _date: tuple[int, str] = (-1, "")
 
 
@@ -89,7 +93,7 @@ class BaseHandler(RequestHandler):
         self.hs = self.application.settings["homeserver"]
         # Same headers in the same order as Tornado's; Content-Type is set below.
         self._headers = httputil.HTTPHeaders(
-            {"Server": SERVER_HEADER, "Content-Type": JSON_TYPE, "Date": _http_date()}
+            {"Server": SERVER_HEADER, "Content-Type": JSON_TYPE, "Date": _http_date(), "Cache-Control": CACHE_CONTROL}
         )
         self.set_default_headers()
         self._write_buffer = []

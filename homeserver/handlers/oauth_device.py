@@ -88,7 +88,7 @@ class DevicePageHandler(PageHandler):
                 self.show("sign_in", exc.status, error=exc.message, name=name, user_code=typed)
                 return
             # Signed in on the account page too, as the OAuth sign-in page does.
-            self.session = self.sessions.new(user)
+            self.session = await self.sessions.open(user, self.client_ip, self.request.headers.get("User-Agent", ""))
             self.set_signed_cookie(page.COOKIE, self.session.encode(), max_age=page.LIFETIME)
             self.user = user
             if typed:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import urlencode
 
 from tornado.web import HTTPError
 
@@ -62,7 +63,9 @@ class AuthorizeHandler(PageHandler):
             client_uri=str(request.client.get("client_uri", "")),
             redirect_uri=request.redirect.redirect_uri,
             device_id=request.scope.device_id,
+            confirm=self.user is not None and not request.sign_in_asked,
             path=AUTHORIZATION_PATH,
+            other_account=AUTHORIZATION_PATH + "?" + urlencode({**request.params, "prompt": "login"}),
             title=f"Sign in to {request.client_name}",
             **values,
         )
@@ -91,8 +94,9 @@ class AuthorizeHandler(PageHandler):
                 self.show(request, exc.status, error=exc.message, name=name)
                 return
             # Signed in on the account page too: the next authorization only asks to confirm.
-            self.set_signed_cookie(page.COOKIE, self.sessions.new(user).encode(), max_age=page.LIFETIME)
-        elif op != "confirm" or user is None:
+            session = await self.sessions.open(user, self.client_ip, self.request.headers.get("User-Agent", ""))
+            self.set_signed_cookie(page.COOKIE, session.encode(), max_age=page.LIFETIME)
+        elif op != "confirm" or user is None or request.sign_in_asked:
             self.show(request, 401 if op == "confirm" else 400, error="Sign in to continue.")
             return
         assert user is not None

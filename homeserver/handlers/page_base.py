@@ -18,7 +18,7 @@ from tornado.web import HTTPError, RequestHandler
 from backends.base import User
 from homeserver import account_page as page
 from homeserver import audit, request_id
-from homeserver.account_page import PageError, PageSession, PageSessions
+from homeserver.account_page import PageError, PageSession, PageSignIns
 from homeserver.context import HomeServer
 from homeserver.errors import MatrixError, StoreUnavailable
 from homeserver.logs import scrub_uri
@@ -41,7 +41,11 @@ SECURITY_HEADERS = (
 )
 HTML_TYPE = "text/html; charset=UTF-8"
 
-# What a redirect after a form may tell the next page: fixed texts chosen by key.
+# What a form's outcome tells the page the redirect shows: fixed texts chosen by key, carried
+# in a short-lived signed cookie read once (never in the URL, where a link could claim what
+# did not happen).
+FLASH = "hs_flash"
+FLASH_LIFETIME = 60  # seconds: the redirect is followed at once
 NOTICES = {
     "signed_out": "You are signed out of this page.",
     "signed_out_everywhere": "Every session of your account has ended, and this page is signed out.",
@@ -88,14 +92,17 @@ class PageHandler(RequestHandler):
     signed_out_why: str | None = None
     _client_ip: str | None = None
     _request_id: str | None = None
+    _sign_ins: PageSignIns | None = None
 
     @property
     def hs(self) -> HomeServer:
         return self.application.settings["homeserver"]
 
     @property
-    def sessions(self) -> PageSessions:
-        return PageSessions(self.settings["cookie_secret"], self.hs)
+    def sessions(self) -> PageSignIns:
+        if self._sign_ins is None:
+            self._sign_ins = PageSignIns(self.settings["cookie_secret"], self.hs)
+        return self._sign_ins
 
     @property
     def secure(self) -> bool:
@@ -145,6 +152,18 @@ class PageHandler(RequestHandler):
 
     def clear_cookie(self, name: str, **kwargs: Any) -> None:
         super().clear_cookie(name, path=page.PATH, httponly=True, samesite="Strict", secure=self.secure)
+
+    def flash(self, notice: str) -> None:
+        """Tell the next page of this browser what a form did (one of NOTICES' keys)."""
+        self.set_signed_cookie(FLASH, notice, max_age=FLASH_LIFETIME)
+
+    def take_flash(self) -> str | None:
+        """The text of the outcome a form left for this page, once: the cookie is cleared."""
+        if self.get_cookie(FLASH) is None:
+            return None
+        self.clear_cookie(FLASH)
+        raw = self.get_signed_cookie(FLASH, max_age_days=FLASH_LIFETIME / 86400)
+        return NOTICES.get(raw.decode("utf-8", "replace")) if raw is not None else None
 
     async def prepare(self) -> None:
         audit.client_address.set(self.client_ip)  # every audit line of the request names it

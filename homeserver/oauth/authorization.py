@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from homeserver.oauth.clients import display_name, redirect_matches
-from homeserver.oauth.errors import INVALID_REQUEST, UNSUPPORTED_RESPONSE_TYPE, OAuthError
+from homeserver.oauth.errors import INVALID_REQUEST, LOGIN_REQUIRED, UNSUPPORTED_RESPONSE_TYPE, OAuthError
 from homeserver.oauth.scopes import Scope, parse_scope
 
 # The parameters the sign-in form carries back (hidden), as the client sent them.
@@ -94,6 +94,11 @@ class AuthorizationRequest:
     def client_name(self) -> str:
         return display_name(self.client)
 
+    @property
+    def sign_in_asked(self) -> bool:
+        """`prompt=login`: the password again, even for someone signed in on the account page."""
+        return "login" in self.params.get("prompt", "").split(" ")
+
 
 def single(params: dict[str, list[str]]) -> dict[str, str]:
     """One value per parameter; a repeated one is a mistake (RFC 6749 3.1)."""
@@ -146,6 +151,9 @@ def parse_authorization(params: dict[str, str], client: dict[str, Any] | None) -
         raise refuse(INVALID_REQUEST, "code_challenge_method must be S256 (plain is not supported)")
     if not CODE_CHALLENGE.fullmatch(challenge):
         raise refuse(INVALID_REQUEST, "code_challenge must be the base64url SHA-256 of the code verifier")
+    if "none" in params.get("prompt", "").split(" "):
+        # Nothing is ever authorized without the person seeing the page.
+        raise refuse(LOGIN_REQUIRED, "this server always shows its sign-in or confirmation page")
     try:
         scope = parse_scope(params.get("scope"))
     except OAuthError as exc:

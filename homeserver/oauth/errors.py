@@ -15,6 +15,7 @@ UNSUPPORTED_GRANT_TYPE = "unsupported_grant_type"
 UNSUPPORTED_RESPONSE_TYPE = "unsupported_response_type"
 UNSUPPORTED_TOKEN_TYPE = "unsupported_token_type"
 ACCESS_DENIED = "access_denied"
+LOGIN_REQUIRED = "login_required"  # OpenID Connect: prompt=none, and a person must act
 SERVER_ERROR = "server_error"
 TEMPORARILY_UNAVAILABLE = "temporarily_unavailable"
 INVALID_REDIRECT_URI = "invalid_redirect_uri"

@@ -4,6 +4,8 @@ page, the code grant, tokens on our own endpoints, refresh and revocation."""
 from __future__ import annotations
 
 import os
+import re
+from html import unescape
 from typing import Any
 
 import jsonschema
@@ -134,6 +136,18 @@ async def test_a_signed_in_person_confirms_without_the_password(client, fetch):
     assert 'value="confirm"' in html[first : html.index(">", first)]
     resp = await client.submit(page, op="confirm")
     assert resp.status == 303 and "code=" in resp.headers["Location"]
+    switch = re.search(r'<a href="([^"]+)">Not you\?', html)
+    assert switch is not None and "prompt=login" in unescape(switch.group(1))
+
+
+async def test_prompt_login_asks_for_the_password_and_prompt_none_is_refused(client):
+    await client.login("FIRSTDEVICE")
+    page = await client.authorize_page(await client.params("SECONDDEVICE", prompt="login"))
+    assert 'type="password"' in text(page)
+    assert (await client.submit(page, op="confirm")).status == 401
+    params = await client.params("THIRDDEVICE", prompt="none")
+    resp = await client.authorize_page(params)
+    assert resp.status == 303 and redirect_values(resp.headers["Location"])["error"] == "login_required"
 
 
 async def test_a_wrong_password_stays_on_the_page(client):

@@ -1,0 +1,97 @@
+"""The page sessions contract (backends.sessions.pages), the same on SQLite and on a real Redis:
+open, list, end one, ask whether one ended, end all of a user's; lifetimes; one user's only."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from backends.base import StoreUnavailable
+from backends.sessions import create_session_store
+from backends.sessions.pages import BrowserSession, page_sessions_for
+from tests.backends.test_session_store import store_options
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def pages(request, tmp_path, io_loop):
+    store = create_session_store(request.param, store_options(request.param, tmp_path, request), config_dir=str(tmp_path))
+    io_loop.run_sync(store.start)
+    yield page_sessions_for(store)
+    io_loop.run_sync(store.close)
+
+
+def sign_in(id: str, user: str = "alice", created: int | None = None, lifetime: int = 900, **kw) -> BrowserSession:
+    created = created or int(time.time())
+    fields = {"ip": "10.0.0.1", "user_agent": "Firefox", **kw}
+    return BrowserSession(id, user, created, created + lifetime, fields["ip"], fields["user_agent"])
+
+
+async def test_open_list_end(pages):
+    now = int(time.time())
+    first, second = sign_in("n1", created=now - 10, ip="10.0.0.2"), sign_in("n2", created=now, user_agent="Chrome")
+    await pages.open(second)
+    await pages.open(first)
+    await pages.open(sign_in("n3", user="bob"))
+    assert await pages.list_open("alice") == [first, second]  # oldest first, every field kept
+    assert not await pages.ended("alice", "n1") and not await pages.ended("alice", "n2")
+    assert await pages.end("alice", "n1") is True
+    assert await pages.end("alice", "n1") is False
+    assert await pages.ended("alice", "n1")
+    assert await pages.list_open("alice") == [second]
+
+
+async def test_never_recorded_or_another_users_is_ended(pages):
+    await pages.open(sign_in("n1"))
+    assert await pages.ended("alice", "never")
+    assert await pages.ended("bob", "n1")  # the id is alice's
+    assert await pages.end("bob", "n1") is False
+    assert not await pages.ended("alice", "n1")
+
+
+async def test_end_all_of_one_user_only(pages):
+    for i in range(3):
+        await pages.open(sign_in(f"a{i}"))
+    await pages.open(sign_in("b0", user="bob"))
+    assert await pages.end_all("alice") == 3
+    assert await pages.list_open("alice") == []
+    assert all([await pages.ended("alice", f"a{i}") for i in range(3)])
+    assert not await pages.ended("bob", "b0")
+    assert await pages.end_all("alice") == 0
+    await pages.open(sign_in("a9"))  # a new sign-in after it stands
+    assert [s.id for s in await pages.list_open("alice")] == ["a9"]
+
+
+async def test_past_its_lifetime_it_has_ended(pages):
+    now = int(time.time())
+    await pages.open(sign_in("old", created=now - 1000, lifetime=900))  # expired already
+    await pages.open(sign_in("short", created=now, lifetime=1))
+    assert await pages.ended("alice", "old")
+    assert [s.id for s in await pages.list_open("alice")] == ["short"]
+    await asyncio.sleep(2.1)
+    assert await pages.ended("alice", "short")
+    assert await pages.list_open("alice") == []
+    assert await pages.end_all("alice") == 0
+
+
+async def test_names_and_agents_of_any_text(pages):
+    odd = sign_in("n:{x}*", user="al}{ce:\u00e9", user_agent="Mozilla/5.0 (\u2603) \"quoted\"", ip="::1")
+    await pages.open(odd)
+    assert await pages.list_open(odd.user) == [odd]
+    assert not await pages.ended(odd.user, odd.id)
+    assert await pages.end_all(odd.user) == 1
+
+
+def test_an_unknown_store_has_no_page_sessions():
+    class Other:
+        name = "other"
+
+    with pytest.raises(ValueError, match="other"):
+        page_sessions_for(Other())  # type: ignore[arg-type]
+
+
+async def test_a_store_not_started_is_unavailable(tmp_path, request):
+    store = create_session_store("sqlite", store_options("sqlite", tmp_path, request), config_dir=str(tmp_path))
+    with pytest.raises(StoreUnavailable):
+        await page_sessions_for(store).ended("alice", "n1")
