@@ -83,3 +83,15 @@ def test_an_issued_bot_token_talks_through_synapse_until_revoked(oauth_stack: OA
     assert revoked.returncode == 0, revoked.stderr
     refused_at_synapse(stack, token)
     assert "BOTSYN" not in stack.synapse_devices("frank")
+
+
+def test_the_proxy_does_not_log_user_codes(oauth_stack: OAuthStack) -> None:  # noqa: F811
+    """conf/nginx-delegation.conf keeps the approval page's query (the user code) out of its log."""
+    assert oauth_stack.nginx is not None
+    assert request(oauth_stack.url + "/account/device?user_code=WDJB-MJHT").status == 200
+    assert request(oauth_stack.url + "/account/?probe=1").status == 200
+    deadline = time.monotonic() + 5
+    while "probe=1" not in oauth_stack.nginx.access_log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    log = oauth_stack.nginx.access_log()
+    assert "probe=1" in log and "WDJB" not in log
