@@ -109,9 +109,12 @@ class OAuthStore(abc.ABC):
         """The authorization a user code belongs to, whatever its state; None when unknown."""
 
     @abc.abstractmethod
-    async def decide_device_code(self, device_hash: str, state: str, decision: dict[str, Any]) -> bool:
-        """Record the person's answer (`state` APPROVED or DENIED, and who) on a PENDING
-        authorization (atomic: of two answers at once, one wins); False when it was not pending."""
+    async def decide_device_code(
+        self, device_hash: str, state: str, decision: dict[str, Any], expected: str = "pending"
+    ) -> bool:
+        """Record the person's answer (`state` APPROVED or DENIED, and who) on a live authorization
+        in the `expected` state (atomic: of two answers at once, one wins); False when it was
+        not in it. (USED back to APPROVED: the tokens could not be made, the program may poll again.)"""
 
     @abc.abstractmethod
     async def poll_device_code(self, device_hash: str, now_ms: int, interval_ms: int) -> DeviceAuthorization | None:

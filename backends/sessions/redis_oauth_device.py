@@ -77,8 +77,10 @@ class RedisDeviceCodes:
             return None
         return DeviceAuthorization(digest, json.loads(found[0]), text(found[1] or ""), json.loads(found[2] or "{}"))
 
-    async def decide_device_code(self, device_hash: str, state: str, decision: dict[str, Any]) -> bool:
-        done = await self._eval(DECIDE, self._code_key(device_hash), state, json.dumps(decision), PENDING)
+    async def decide_device_code(
+        self, device_hash: str, state: str, decision: dict[str, Any], expected: str = PENDING
+    ) -> bool:
+        done = await self._eval(DECIDE, self._code_key(device_hash), state, json.dumps(decision), expected)
         return bool(done)
 
     async def poll_device_code(self, device_hash: str, now_ms: int, interval_ms: int) -> DeviceAuthorization | None:

@@ -81,12 +81,14 @@ class SqliteDeviceCodes:
 
         return await self._device(work)
 
-    async def decide_device_code(self, device_hash: str, state: str, decision: dict[str, Any]) -> bool:
+    async def decide_device_code(
+        self, device_hash: str, state: str, decision: dict[str, Any], expected: str = PENDING
+    ) -> bool:
         def work(conn: sqlite3.Connection) -> bool:
             cursor = conn.execute(
                 "UPDATE oauth_device_codes SET state = ?, decision = ? "
                 "WHERE device_hash = ? AND state = ? AND expires_ts >= ?",
-                (state, json.dumps(decision), device_hash, PENDING, _now_ms()),
+                (state, json.dumps(decision), device_hash, expected, _now_ms()),
             )
             return cursor.rowcount == 1
 

@@ -14,19 +14,22 @@ the short user code, and the program, polling the token endpoint, gets its token
   is `expired_token` (it is remembered for a while after, then unknown: `invalid_grant`).
 - The scope rules are the code grant's (homeserver.oauth.scopes); the tokens are opened as
   the code grant opens them (homeserver.oauth.grants, `open_grant`), after reading the user
-  again, so a user changed or locked since the approval gets nothing.
+  again, so a user changed or locked since the approval gets nothing. When they cannot be
+  opened for a while (Synapse or a store away: 503), the approval stands for the next poll.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from backends.base import User
+from backends.base import StoreUnavailable, User
 from backends.sessions.oauth import APPROVED, DENIED, PENDING, USED, DeviceAuthorization
+from homeserver.errors import MatrixError
 from homeserver.oauth.clients import display_name
 from homeserver.oauth.errors import (
     ACCESS_DENIED,
@@ -226,5 +229,12 @@ class DeviceFlow:
             **record, "user": decision["user"], "identity_fp": decision["identity_fp"],
             "password_fp": decision["password_fp"],
         }
-        return await open_grant(made, "d" + digest[:31], client_ip, "oauth device grant")
+        try:
+            return await open_grant(made, "d" + digest[:31], client_ip, "oauth device grant")
+        except (StoreUnavailable, MatrixError, OAuthError) as exc:
+            status = getattr(exc, "status", 503)
+            if status >= 500:  # Synapse or a store away: the approval stands for the next poll
+                with contextlib.suppress(StoreUnavailable):
+                    await self.oauth.store.decide_device_code(digest, APPROVED, decision, expected=USED)
+            raise
 

@@ -56,3 +56,12 @@ async def test_authorizations_expire_and_free_their_user_code(oauth_store):  # n
     assert await oauth_store.decide_device_code("dev1", APPROVED, {}) is False
     assert await oauth_store.add_device_code("dev2", "user1", RECORD, 60) is True
 
+
+
+async def test_a_used_approval_can_be_given_back(oauth_store):  # noqa: F811
+    await oauth_store.add_device_code("dev1", "user1", RECORD, 60)
+    await oauth_store.decide_device_code("dev1", APPROVED, {"user": "alice"})
+    assert (await oauth_store.poll_device_code("dev1", 1, 0)).state == APPROVED  # now used
+    assert await oauth_store.decide_device_code("dev1", APPROVED, {"user": "alice"}) is False  # not pending
+    assert await oauth_store.decide_device_code("dev1", APPROVED, {"user": "alice"}, expected=USED) is True
+    assert (await oauth_store.poll_device_code("dev1", 2, 0)).state == APPROVED
