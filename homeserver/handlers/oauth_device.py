@@ -67,7 +67,7 @@ class DevicePageHandler(PageHandler):
     async def get(self) -> None:
         self.flow()
         typed = self.get_query_argument("user_code", "")
-        if self.user is None:
+        if self.user is None or self.get_query_argument("prompt", "") == "login":  # "Not you?"
             self.show("sign_in", user_code=typed)
         elif typed:
             await self.code_step(typed)

@@ -100,6 +100,12 @@ async def test_signed_in_on_the_account_page_only_confirms(client, person, quick
     second = await client.codes("SECONDDEV")
     page = await person.open(second["verification_uri_complete"])
     assert 'type="password"' not in text(page) and 'value="allow"' in text(page)
+    # "Not you?": the sign-in form again, and the code goes on with the other person.
+    assert "prompt=login" in text(page)
+    other = await person.open(second["verification_uri_complete"] + "&prompt=login")
+    assert 'type="password"' in text(other)
+    confirm = await person.submit(name="bob", password="builder")
+    assert "@bob:localhost" in text(confirm) and 'value="allow"' in text(confirm)
     # The account page links here.
     account = await person.open("/account/?action=org.matrix.profile")
     assert 'href="/account/device"' in text(account)
