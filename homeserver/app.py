@@ -20,6 +20,7 @@ from homeserver.handlers import (
     login,
     oauth,
     oauth_api,
+    oauth_device,
     oauth_page,
     profile,
 )
@@ -28,7 +29,7 @@ from homeserver.logs import log_request
 
 ROUTES = (
     discovery.ROUTES + login.ROUTES + profile.ROUTES + account.ROUTES + devices.ROUTES + health.ROUTES
-    + oauth.ROUTES + oauth_api.ROUTES + oauth_page.ROUTES + account_page.ROUTES
+    + oauth.ROUTES + oauth_api.ROUTES + oauth_device.ROUTES + oauth_page.ROUTES + account_page.ROUTES
 )
 
 

@@ -16,6 +16,7 @@ from backends.base import STORED_FIELDS, User, UserBackend, UserExists, UserInco
 from homeserver import __version__
 from homeserver.cli_adopt import add_command as add_adopt_command
 from homeserver.cli_delegation import add_commands as add_delegation_commands
+from homeserver.cli_issue import add_command as add_issue_command
 from homeserver.cli_sessions import UnknownTarget
 from homeserver.cli_sessions import add_commands as add_session_commands
 from homeserver.cli_stores import user_backend
@@ -291,7 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
         lk = command(verb, what)
         lk.add_argument("name", help="account name or user ID")
         lk.set_defaults(func=cmd_lock, lock=locking)
-    add_adopt_command(add_session_commands(command))
+    sessions = add_session_commands(command)
+    add_adopt_command(sessions)
+    add_issue_command(sessions)
     add_delegation_commands(command)
     return parser
 

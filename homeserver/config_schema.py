@@ -269,6 +269,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "enabled": Field("bool", False),
         # Seconds an OAuth access token lives; clients refresh it with their refresh token.
         "access_token_lifetime": Field("int", 300, _range(1, 86400)),
+        # Seconds the codes of a device sign-in (RFC 8628) live, for the person to approve it.
+        "device_code_lifetime": Field("int", 900, _range(10, 3600)),
     },
     "metrics": {
         "enabled": Field("bool", False),

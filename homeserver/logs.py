@@ -22,7 +22,7 @@ ACCESS_FORMAT = "%d %s %s %s %.2fms"
 ACCESS_FIELDS = ("status", "method", "path", "client", "duration_ms")
 TEXT_FORMAT = "%(asctime)s [%(process)d] %(levelname)s %(name)s [%(request_id)s]: %(message)s"
 
-SECRET_PARAMS = frozenset({"access_token", "token", "password"})
+SECRET_PARAMS = frozenset({"access_token", "token", "password", "user_code", "device_code"})
 
 
 def scrub_uri(uri: str) -> str:

@@ -96,3 +96,44 @@ class OAuthStore(abc.ABC):
         time moved, or it ended), read afresh from the session store's own record (no
         process's cache); None when there is no such session (never opened, expired, purged)."""
 
+
+    # -- the device authorization grant (RFC 8628; homeserver.oauth.device) -------------------
+
+    @abc.abstractmethod
+    async def add_device_code(self, device_hash: str, user_code_hash: str, record: dict[str, Any], ttl: float) -> bool:
+        """Keep a pending device authorization (both codes as digests) for `ttl` seconds;
+        False, and nothing kept, when a live authorization has this user code already."""
+
+    @abc.abstractmethod
+    async def device_code_by_user_code(self, user_code_hash: str) -> DeviceAuthorization | None:
+        """The authorization a user code belongs to, whatever its state; None when unknown."""
+
+    @abc.abstractmethod
+    async def decide_device_code(
+        self, device_hash: str, state: str, decision: dict[str, Any], expected: str = "pending"
+    ) -> bool:
+        """Record the person's answer (`state` APPROVED or DENIED, and who) on a live authorization
+        in the `expected` state (atomic: of two answers at once, one wins); False when it was
+        not in it. (USED back to APPROVED: the tokens could not be made, the program may poll again.)"""
+
+    @abc.abstractmethod
+    async def poll_device_code(self, device_hash: str, now_ms: int, interval_ms: int) -> DeviceAuthorization | None:
+        """One poll of the token endpoint (atomic): the authorization as it was, with `too_soon`
+        when the previous poll was less than `interval_ms` before `now_ms`; the poll time is
+        kept, and an APPROVED authorization polled not too soon becomes USED (exactly one poll
+        sees it approved). None when unknown."""
+
+
+PENDING, APPROVED, DENIED, USED = "pending", "approved", "denied", "used"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceAuthorization:
+    """A device authorization: its digest, what the client asked (`record`: client, scope,
+    device, expiry), its state, and the person's decision (user, credential fingerprints)."""
+
+    device_hash: str
+    record: dict[str, Any]
+    state: str
+    decision: dict[str, Any]
+    too_soon: bool = False

@@ -23,6 +23,7 @@ from typing import Any
 
 from backends.redis_connect import RedisConnection, text
 from backends.sessions.oauth import RETIRED_REFRESH_TTL, Grant, OAuthStore
+from backends.sessions.redis_oauth_device import RedisDeviceCodes
 
 ADD_CODE = """
 redis.call('HSET', KEYS[1], 'record', ARGV[1], 'uses', 0)
@@ -48,7 +49,7 @@ def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
 
-class RedisOAuthStore(OAuthStore):
+class RedisOAuthStore(RedisDeviceCodes, OAuthStore):
     """On the session store's connection and key prefix; `session_key(user, token digest)` names
     a session's hash (for `access_used`)."""
 

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from backends.sessions.oauth import RETIRED_REFRESH_TTL, Grant, OAuthStore
+from backends.sessions.sqlite_oauth_device import SqliteDeviceCodes
 
 T = TypeVar("T")
 PURGE_EVERY = 600.0  # seconds between purges of expired rows, per process
@@ -52,7 +53,7 @@ def _ms(seconds: float = 0.0) -> int:
     return int((time.time() + seconds) * 1000)
 
 
-class SqliteOAuthStore(OAuthStore):
+class SqliteOAuthStore(SqliteDeviceCodes, OAuthStore):
     """On the session file's plumbing: `write` runs a function on its writer thread (its
     errors and timeout made StoreUnavailable), `conn` is that thread's connection."""
 

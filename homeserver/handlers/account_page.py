@@ -135,17 +135,13 @@ class AccountPageHandler(PageHandler):
         action = page.action_of(self.get_body_argument("action", None))
         device_id = self.get_body_argument("device_id", None) or None
         try:
-            user = await self.hs.login.authenticate(name, password, self.client_ip, reason=page.AUDIT_REASON)
-        except MatrixError as exc:
-            said = self.refused(exc)
+            await self.form_sign_in(name, password, page.AUDIT_REASON)
+        except PageError as said:
             self.render_page(
                 "signin.html", said.status, action=action, device_id=device_id, error=said.message, name=name,
                 title="Sign in",
             )
             return
-        session = await self.account_page.open(user, self.client_ip, self.request.headers.get("User-Agent", ""))
-        self.set_signed_cookie(page.COOKIE, session.encode(), max_age=page.LIFETIME)
-        logger.info("account page: %s signed in", user.name)
         self.go(action, device_id=device_id if action in (page.SESSION_VIEW, page.SESSION_END) else None)
 
     async def sign_out(self, user: User, session: PageSession) -> None:

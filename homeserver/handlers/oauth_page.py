@@ -17,9 +17,7 @@ from urllib.parse import urlencode
 
 from tornado.web import HTTPError
 
-from homeserver import account_page as page
-from homeserver.account_page import page_error
-from homeserver.errors import MatrixError
+from homeserver.account_page import PageError
 from homeserver.handlers.page_base import SECURITY_HEADERS, PageHandler
 from homeserver.oauth import OAuth
 from homeserver.oauth.authorization import AuthorizationRequest, PageProblem, RedirectError, single
@@ -90,18 +88,10 @@ class AuthorizeHandler(PageHandler):
         if op == "sign_in":
             name = self.get_body_argument("name", "").strip()
             try:
-                user = await self.hs.login.authenticate(
-                    name, self.get_body_argument("password", ""), self.client_ip, reason=AUDIT_REASON
-                )
-            except MatrixError as exc:
-                said = page_error(exc)
-                for header, value in said.headers.items():
-                    self.set_header(header, value)
+                user = await self.form_sign_in(name, self.get_body_argument("password", ""), AUDIT_REASON)
+            except PageError as said:
                 self.show(request, said.status, error=said.message, name=name)
                 return
-            # Signed in on the account page too: the next authorization only asks to confirm.
-            session = await self.account_page.open(user, self.client_ip, self.request.headers.get("User-Agent", ""))
-            self.set_signed_cookie(page.COOKIE, session.encode(), max_age=page.LIFETIME)
         elif op != "confirm" or user is None or request.sign_in_asked:
             self.show(request, 401 if op == "confirm" else 400, error="Sign in to continue.")
             return

@@ -20,6 +20,7 @@ from backends.base import User
 from homeserver import account_page as page
 from homeserver import audit
 from homeserver.account_page import AccountPage, PageError, PageSession, page_error
+from homeserver.errors import MatrixError
 from homeserver.handlers.base import ServerHandler
 
 logger = logging.getLogger(__name__)
@@ -143,6 +144,23 @@ class PageHandler(ServerHandler):
             # Past its lifetime, tampered with, or no longer standing: gone from the browser too.
             self.signed_out_why = self.signed_out_why or "expired"
             self.clear_cookie(page.COOKIE)
+
+    async def form_sign_in(self, name: str, password: str, reason: str) -> User:
+        """A sign-in form's name and password checked by the login service (its rules, limits,
+        lock and audit line, marked `reason`), then signed in on the account page (its cookie):
+        every page's sign-in. PageError, its headers set on the answer, when refused."""
+        try:
+            user = await self.hs.login.authenticate(name, password, self.client_ip, reason=reason)
+        except MatrixError as exc:
+            said = page_error(exc)
+            for header, value in said.headers.items():
+                self.set_header(header, value)
+            raise said from None
+        self.session = await self.account_page.open(user, self.client_ip, self.request.headers.get("User-Agent", ""))
+        self.set_signed_cookie(page.COOKIE, self.session.encode(), max_age=page.LIFETIME)
+        self.user = user
+        logger.info("%s: %s signed in", reason, user.name)
+        return user
 
     # -- rendering ------------------------------------------------------------------
 

@@ -37,7 +37,10 @@ def build_oauth(
     if not section["enabled"]:
         return None
     return OAuth(
-        OAuthSettings(access_token_lifetime=section["access_token_lifetime"]),
+        OAuthSettings(
+            access_token_lifetime=section["access_token_lifetime"],
+            device_code_lifetime=section["device_code_lifetime"],
+        ),
         create_oauth_store(store),
         sessions=store,
         buckets=buckets_of(store),

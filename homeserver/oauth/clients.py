@@ -16,8 +16,9 @@ from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
 from homeserver.oauth.errors import INVALID_CLIENT_METADATA, INVALID_REDIRECT_URI, OAuthError
+from homeserver.oauth.metadata import DEVICE_CODE_GRANT
 
-GRANT_TYPES = ("authorization_code", "refresh_token")
+GRANT_TYPES = ("authorization_code", "refresh_token", DEVICE_CODE_GRANT)
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 MAX_REDIRECT_URIS = 20
 MAX_URI = 2048
@@ -128,16 +129,20 @@ def register(body: Any) -> dict[str, Any]:
     auth_method = body.get("token_endpoint_auth_method", "none")
     if auth_method != "none":
         raise metadata_error("only public clients: token_endpoint_auth_method must be none")
-    response_types = body.get("response_types", ["code"])
-    if response_types != ["code"]:
-        raise metadata_error("response_types must be [\"code\"]")
     grant_types = body.get("grant_types", ["authorization_code"])
     if not isinstance(grant_types, list) or not all(isinstance(g, str) for g in grant_types):
         raise metadata_error("grant_types must be a list of strings")
-    if "authorization_code" not in grant_types:
-        raise metadata_error("grant_types must include authorization_code")
-    redirect_uris = body.get("redirect_uris")
-    if not isinstance(redirect_uris, list) or not redirect_uris or len(redirect_uris) > MAX_REDIRECT_URIS:
+    # A program without a browser registers for the device grant alone: no redirect, no code.
+    device_only = DEVICE_CODE_GRANT in grant_types and "authorization_code" not in grant_types
+    if "authorization_code" not in grant_types and not device_only:
+        raise metadata_error(f"grant_types must include authorization_code or {DEVICE_CODE_GRANT}")
+    response_types = body.get("response_types", [] if device_only else ["code"])
+    if response_types != ["code"] and not (device_only and response_types == []):
+        raise metadata_error("response_types must be [\"code\"]")
+    redirect_uris = body.get("redirect_uris", [] if device_only else None)
+    if device_only and redirect_uris == []:
+        pass
+    elif not isinstance(redirect_uris, list) or not redirect_uris or len(redirect_uris) > MAX_REDIRECT_URIS:
         raise OAuthError(INVALID_REDIRECT_URI, f"redirect_uris must list 1 to {MAX_REDIRECT_URIS} URIs")
     metadata: dict[str, Any] = {
         "client_id": "".join(secrets.choice(CLIENT_ID_ALPHABET) for _ in range(26)),
@@ -145,7 +150,7 @@ def register(body: Any) -> dict[str, Any]:
         "client_uri": client_uri,
         "redirect_uris": [_check_redirect(uri, application_type, base) for uri in redirect_uris],
         "grant_types": [g for g in GRANT_TYPES if g in grant_types],
-        "response_types": ["code"],
+        "response_types": [] if device_only else ["code"],
         "token_endpoint_auth_method": "none",
     }
     name = _string(body, "client_name", MAX_NAME)

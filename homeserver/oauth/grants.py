@@ -1,4 +1,5 @@
-"""The token endpoint (authorization code and refresh token grants) and revocation (RFC 7009).
+"""The token endpoint (authorization code, device code (homeserver.oauth.device) and refresh token
+grants) and revocation (RFC 7009).
 
 - A code is used once; a second use is `invalid_grant` and ends the session the first made.
 - Refresh rotates the refresh token. The previous one still works while the newest access
@@ -23,6 +24,7 @@ from typing import Any
 from backends.base import User
 from backends.sessions.oauth import Grant
 from homeserver import audit
+from homeserver.oauth.device import DeviceFlow
 from homeserver.oauth.errors import (
     INVALID_REQUEST,
     UNSUPPORTED_GRANT_TYPE,
@@ -31,6 +33,7 @@ from homeserver.oauth.errors import (
     invalid_grant,
     invalid_request,
 )
+from homeserver.oauth.metadata import DEVICE_CODE_GRANT
 from homeserver.oauth.service import GRANT_IDLE, OAuth, grant_session_digest, new_token, now_ms, pkce_s256
 from homeserver.sessions import REPLACED, REVOKED, USER_REMOVED, token_digest
 from homeserver.tokens import TokenError
@@ -65,6 +68,8 @@ class TokenEndpoint:
             return await self.exchange_code(form, client_ip)
         if grant_type == "refresh_token":
             return await self.refresh(form, client_ip)
+        if grant_type == DEVICE_CODE_GRANT:
+            return await DeviceFlow(self.oauth).poll(form, client_ip, self.open_grant)
         if not grant_type:
             raise invalid_request("grant_type is required")
         raise OAuthError(UNSUPPORTED_GRANT_TYPE, f"grant_type {grant_type!r} is not supported")
@@ -105,6 +110,17 @@ class TokenEndpoint:
             raise invalid_grant("redirect_uri differs from the authorization request's")
         if not CODE_VERIFIER.fullmatch(verifier) or not _same(pkce_s256(verifier), record["code_challenge"]):
             raise invalid_grant("the code_verifier does not match the code_challenge")
+        return await self.open_grant(record, grant_id, client_ip)
+
+    async def open_grant(
+        self, record: dict[str, Any], grant_id: str, client_ip: str, via: str = "oauth"
+    ) -> dict[str, Any]:
+        """The tokens of a sign-in the person made (a code, or an approved device code): `record`
+        names the user, the device, the client, the scope and the credential fingerprints of
+        the sign-in; the user is read again and must be unchanged and not locked. Under
+        delegation Synapse has the user and the device before the answer."""
+        oauth = self.oauth
+        user_name, device_id, client_id = record["user"], record["device_id"], record["client_id"]
         user = await oauth.users.get(user_name)
         if user is None:
             raise invalid_grant("the account is gone")
@@ -138,7 +154,7 @@ class TokenEndpoint:
         await oauth.store.touch_client(client_id, GRANT_IDLE)
         audit.audit(
             audit.LOGIN, user=user.name, device=device_id, client=client_ip, outcome="success",
-            reason=f"oauth, client {client_id}",
+            reason=f"{via}, client {client_id}",
         )
         if oauth.devices.sessions.metrics is not None:
             oauth.devices.sessions.metrics.observe_sessions_opened()

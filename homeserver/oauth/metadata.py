@@ -10,6 +10,9 @@ TOKEN_PATH = "/oauth2/token"
 REVOCATION_PATH = "/oauth2/revoke"
 REGISTRATION_PATH = "/oauth2/registration"
 INTROSPECTION_PATH = "/oauth2/introspect"
+DEVICE_AUTHORIZATION_PATH = "/oauth2/device"
+VERIFICATION_PATH = "/account/device"  # where a person approves a device sign-in (the account page's cookies reach it)
+DEVICE_CODE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 ACCOUNT_PATH = "/account/"
 # v1.18's names of what the account page does (homeserver.account_page), and MSC4191's older
 # names, which the unstable discovery path lists too (the page takes both in `?action=`).
@@ -37,7 +40,8 @@ def server_metadata(base_url: str, *, introspection: bool = False, unstable: boo
         "registration_endpoint": base + REGISTRATION_PATH,
         "response_types_supported": ["code"],
         "response_modes_supported": ["query", "fragment"],
-        "grant_types_supported": ["authorization_code", "refresh_token"],
+        "grant_types_supported": ["authorization_code", "refresh_token", DEVICE_CODE_GRANT],
+        "device_authorization_endpoint": base + DEVICE_AUTHORIZATION_PATH,
         "code_challenge_methods_supported": ["S256"],
         "token_endpoint_auth_methods_supported": ["none"],
         "revocation_endpoint_auth_methods_supported": ["none"],

@@ -69,6 +69,7 @@ class Buckets(Protocol):
 @dataclass(frozen=True)
 class OAuthSettings:
     access_token_lifetime: int
+    device_code_lifetime: int = 900  # seconds a device authorization's codes live (RFC 8628)
 
 
 class OAuth:

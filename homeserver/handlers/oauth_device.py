@@ -1,0 +1,121 @@
+"""The device authorization grant over HTTP (RFC 8628): the device authorization endpoint
+(JSON, OAuth errors) and the page where a person approves a device sign-in (HTML, under
+/account/ so the account page's cookie and XSRF cookie reach it; no JavaScript).
+
+The page's steps, each a form whose first submit button goes on: sign in (skipped by a person
+signed in on the account page), type the code (skipped from `verification_uri_complete`),
+then allow (the first button) or deny (the second). The codes are never logged.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from tornado.web import HTTPError
+
+from homeserver.account_page import PageError
+from homeserver.handlers.oauth_api import OAuthApiHandler
+from homeserver.handlers.page_base import PageHandler
+from homeserver.oauth import OAuth
+from homeserver.oauth.device import CodeProblem, DeviceFlow, normalize, shown
+from homeserver.oauth.metadata import DEVICE_AUTHORIZATION_PATH, VERIFICATION_PATH
+
+logger = logging.getLogger(__name__)
+
+# The audit trail's reason for a sign-in on the approval page.
+AUDIT_REASON = "device sign-in"
+
+
+class DeviceAuthorizationHandler(OAuthApiHandler):
+    """POST: codes for a program that asks for a sign-in (RFC 8628 3.1, 3.2)."""
+
+    async def post(self) -> None:
+        oauth = self.oauth()
+        base = str(self.hs.config.get("server", "base_url")).rstrip("/")
+        self.answer(await DeviceFlow(oauth).authorize(self.form(), self.client_ip, base + VERIFICATION_PATH))
+
+
+class DevicePageHandler(PageHandler):
+    """GET: the step the person is at. POST (XSRF checked): sign in, a code typed, allow or deny."""
+
+    def flow(self) -> DeviceFlow:
+        oauth: OAuth | None = self.hs.oauth
+        if oauth is None:
+            raise HTTPError(404)
+        return DeviceFlow(oauth)
+
+    def show(self, step: str, status: int = 200, **values: object) -> None:
+        values.setdefault("user_code", "")
+        self.render_page(
+            "oauth_device.html", status, step=step, path=VERIFICATION_PATH, title="Sign in a device", **values
+        )
+
+    async def code_step(self, typed: str) -> None:
+        """The confirmation for a typed code, or the code step again with what was wrong."""
+        flow = self.flow()
+        try:
+            found = await flow.find(typed, self.client_ip)
+        except CodeProblem as exc:
+            for name, value in exc.headers.items():
+                self.set_header(name, value)
+            self.show("code", exc.status, error=exc.message)
+            return
+        record = found.record
+        self.show(
+            "confirm", client_name=record["client_name"], client_uri=record.get("client_uri", ""),
+            device_id=record["device_id"], user_code=shown(normalize(typed) or typed),
+        )
+
+    async def get(self) -> None:
+        self.flow()
+        typed = self.get_query_argument("user_code", "")
+        if self.user is None or self.get_query_argument("prompt", "") == "login":  # "Not you?"
+            self.show("sign_in", user_code=typed)
+        elif typed:
+            await self.code_step(typed)
+        else:
+            self.show("code")
+
+    async def post(self) -> None:
+        flow = self.flow()
+        op = self.get_body_argument("op", "")
+        typed = self.get_body_argument("user_code", "")
+        if op == "sign_in":
+            name = self.get_body_argument("name", "").strip()
+            try:
+                await self.form_sign_in(name, self.get_body_argument("password", ""), AUDIT_REASON)
+            except PageError as said:
+                self.show("sign_in", said.status, error=said.message, name=name, user_code=typed)
+                return
+            if typed:
+                await self.code_step(typed)
+            else:
+                self.show("code")
+            return
+        if self.user is None:
+            self.show("sign_in", 401, error="Sign in to continue.", user_code=typed)
+            return
+        if op == "code":
+            await self.code_step(typed)
+            return
+        if op not in ("allow", "deny"):
+            self.show("code", 400)
+            return
+        try:
+            found = await flow.find(typed, self.client_ip)
+        except CodeProblem as exc:
+            for name, value in exc.headers.items():
+                self.set_header(name, value)
+            self.show("code", exc.status, error=exc.message)
+            return
+        allow = op == "allow"
+        if not await flow.decide(found, self.user, allow, self.client_ip):
+            self.show("code", 409, error="That code was answered already, or it expired. Start again on your device.")
+            return
+        self.show("done", allowed=allow, client_name=found.record["client_name"], device_id=found.record["device_id"])
+
+
+ROUTES = [
+    (DEVICE_AUTHORIZATION_PATH, DeviceAuthorizationHandler),
+    (VERIFICATION_PATH, DevicePageHandler),
+]
