@@ -40,9 +40,13 @@ def config_steps() -> list[str]:
     return [command for block in blocks[: last + 1] for command in shell_commands(block)]
 
 
-def bash(command: str, home: Path) -> subprocess.CompletedProcess[str]:
+# What a reader types at add-user's password prompts, as the walk-through says.
+TYPED = {"alice": "wonderland\n", "bob": "builder\n"}
+
+
+def bash(command: str, home: Path, typed: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "HOME": str(home)})
+                          input=typed, timeout=120, env={**os.environ, "HOME": str(home)})
 
 
 @pytest.fixture
@@ -70,7 +74,8 @@ def test_the_walkthrough_config_steps_land_as_printed(tmp_path, synapse_venv):
     assert any("public_baseurl" in command for command in edits), commands
     for command in commands:
         if command not in skipped:
-            done = bash(command, home)
+            adding = re.search(r"add-user (\w+)", command)
+            done = bash(command, home, TYPED[adding.group(1)] if adding else "")
             assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
 
     matrix = home / "matrix"
