@@ -133,12 +133,19 @@ class LoginService:
         self._audit(attempt, client_ip, None)
         return response
 
-    async def authenticate(self, name: str, password: str, client_ip: str, *, reason: str) -> User:
+    async def authenticate(
+        self, name: str, password: str, client_ip: str, *, reason: str, typed: bool = True
+    ) -> User:
         """The user a form's name (a name, a full user ID of this server, or an e-mail
         address) and password prove, as a login finds them, with the same limits and answers
         (a locked account's M_USER_LOCKED included); no token and no session (the account
-        page). Audited as a login is, with `reason` saying whose form it was."""
-        request = form_request(name, password, self.server_name)
+        page). Audited as a login is, with `reason` saying whose form it was. `typed` False:
+        `name` is a signed-in user's stored name (the password asked again), taken as it is,
+        never read as an address."""
+        if typed:
+            request = form_request(name, password, self.server_name)
+        else:
+            request = LoginRequest(user=name, password=password, device_id="")
         attempt = {"typed": _typed(request), "via": reason}
         try:
             await self.limits.check_address(client_ip)
