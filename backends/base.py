@@ -106,6 +106,13 @@ class UserBackend(abc.ABC):
         """Check the password in the store itself; None leaves it to the stored hash."""
         return None
 
+    async def waste_password_check(self, password: str) -> bool:
+        """For a name or address the store does not have: the work a wrong password costs in
+        the store itself (a backend that answers `verify_password`), so the time of the
+        refusal does not tell which names exist; False when passwords are checked against
+        the stored hash (the service then spends a bcrypt check instead)."""
+        return False
+
     async def check_health(self) -> None:
         """Raise `StoreUnavailable` when the store cannot answer right now."""
 

@@ -8,6 +8,7 @@ UserBackend interface.
 from __future__ import annotations
 
 import logging
+import secrets
 from functools import partial
 from typing import Any
 
@@ -95,6 +96,21 @@ class LdapBackend(UserBackend):
                 return False
             dn = found.dn
         return await self.pool.run(self._bind_as, dn, password)
+
+    async def waste_password_check(self, password: str) -> bool:
+        if self.settings.mode != "bind":
+            return False
+        if not password:
+            return True  # refused before any bind, as verify_password does
+        try:
+            password.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        # A bind as an entry nobody has: the directory answers "invalid credentials", as it
+        # does for a wrong password, after the same round trip.
+        dn = f"cn={secrets.token_hex(8)},{self.settings.bases[0]}"
+        await self.pool.run(self._bind_as, dn, password)
+        return True
 
     async def check_health(self) -> None:
         await self.pool.run(self._probe)

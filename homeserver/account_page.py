@@ -229,7 +229,7 @@ class AccountPage:
     async def confirm_password(self, user: User, password: str, client_ip: str) -> None:
         """The password asked again (ending sessions in bulk, the reset approval), for the
         signed-in user: LoginRefused when it is not theirs (`page_error(..., refused=WRONG_PASSWORD)`)."""
-        again = await self.login.authenticate(user.name, password, client_ip, reason=AUDIT_REASON)
+        again = await self.login.authenticate(user.name, password, client_ip, reason=AUDIT_REASON, typed=False)
         if again.name != user.name:
             raise LoginRefused(WRONG_PASSWORD, "bad_password")
 

@@ -133,12 +133,19 @@ class LoginService:
         self._audit(attempt, client_ip, None)
         return response
 
-    async def authenticate(self, name: str, password: str, client_ip: str, *, reason: str) -> User:
+    async def authenticate(
+        self, name: str, password: str, client_ip: str, *, reason: str, typed: bool = True
+    ) -> User:
         """The user a form's name (a name, a full user ID of this server, or an e-mail
         address) and password prove, as a login finds them, with the same limits and answers
         (a locked account's M_USER_LOCKED included); no token and no session (the account
-        page). Audited as a login is, with `reason` saying whose form it was."""
-        request = form_request(name, password, self.server_name)
+        page). Audited as a login is, with `reason` saying whose form it was. `typed` False:
+        `name` is a signed-in user's stored name (the password asked again), taken as it is,
+        never read as an address."""
+        if typed:
+            request = form_request(name, password, self.server_name)
+        else:
+            request = LoginRequest(user=name, password=password, device_id="")
         attempt = {"typed": _typed(request), "via": reason}
         try:
             await self.limits.check_address(client_ip)
@@ -256,8 +263,8 @@ class LoginService:
         # Rule 3: exact name first, then a case-insensitive match (Complement logs in upper case).
         user = await self.users.get(request.user, case_insensitive=True)
         if user is None:
-            # The same bcrypt work as a wrong password (~0.2 s at cost 12 against ~2 ms).
-            await waste_password_check(self.checker, request.password)
+            # The same work as a wrong password (bcrypt: ~0.2 s at cost 12 against ~2 ms).
+            await waste_password_check(self.users, self.checker, request.password)
             await self.limits.record_failure(request.user)
             raise LoginRefused(UNKNOWN_USER, "unknown_user")
         if issue and user.name != request.user:
@@ -278,7 +285,7 @@ class LoginService:
         if len(found) != 1:
             if len(found) > 1:
                 logger.warning("login by e-mail: an address is held by %d users; refusing it", len(found))
-            await waste_password_check(self.checker, request.password)
+            await waste_password_check(self.users, self.checker, request.password)
             await self.limits.record_failure(address_key)
             raise LoginRefused(BAD_PASSWORD, "unknown_user")
         user = found[0]

@@ -148,9 +148,12 @@ async def check_password(users: Users, checker: PasswordChecker, user: User, pas
         raise overloaded() from None
 
 
-async def waste_password_check(checker: PasswordChecker, password: str) -> None:
-    """The bcrypt work a wrong password costs, for a login with no user to check it against
-    (an unknown name or address), so the time of the answer does not tell which exist."""
+async def waste_password_check(users: Users, checker: PasswordChecker, password: str) -> None:
+    """The work a wrong password costs, for a login with no user to check it against (an
+    unknown name or address), so the time of the answer does not tell which exist: the
+    store's own (an LDAP bind) where it checks passwords itself, else bcrypt's."""
+    if await users.waste_password_check(password):
+        return
     try:
         await checker.waste(password)
     except Overloaded:

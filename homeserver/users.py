@@ -68,6 +68,11 @@ class Users:
         """Let a backend that checks passwords itself (LDAP bind) answer; None otherwise."""
         return await self._call("verify_password", self.backend.verify_password(user, password))
 
+    async def waste_password_check(self, password: str) -> bool:
+        """The store's own work for a wrong password, for a name it lacks; False when the
+        store leaves passwords to the stored hash (UserBackend.waste_password_check)."""
+        return await self._call("waste_password_check", self.backend.waste_password_check(password))
+
     async def check_health(self) -> None:
         """Raise StoreUnavailable when the user store cannot answer (readiness)."""
         await self._call("check_health", self.backend.check_health())

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from backends.redis_connect import text
 from backends.sessions.base import SessionStore
 from backends.sessions.pages import BrowserSession, PageSessions
@@ -69,12 +67,8 @@ class RedisPageSessions(PageSessions):
         base = self.store.base(user)
         return [f"{base}p:{session_id}", f"{base}pages"]
 
-    async def _script(self, script: str, keys: list[str], args: list[Any]) -> Any:
-        with self.connection.errors():
-            return await self.connection.connect().eval(script, len(keys), *keys, *args)
-
     async def open(self, session: BrowserSession) -> None:
-        await self._script(
+        await self.store.script(
             OPEN,
             self._keys(session.user, session.id),
             [session.id, session.user, session.created, session.expires, session.ip, session.user_agent],
@@ -82,7 +76,7 @@ class RedisPageSessions(PageSessions):
 
     async def list_open(self, user: str) -> list[BrowserSession]:
         base = self.store.base(user)
-        flat = [text(item) for item in await self._script(EACH, [f"{base}pages"], [base, user, "0"])]
+        flat = [text(item) for item in await self.store.script(EACH, [f"{base}pages"], [base, user, "0"])]
         found = [
             BrowserSession(flat[i], user, int(flat[i + 1]), int(flat[i + 2]), flat[i + 3], flat[i + 4])
             for i in range(0, len(flat), 5)
@@ -90,7 +84,7 @@ class RedisPageSessions(PageSessions):
         return sorted(found, key=lambda s: (s.created, s.id))
 
     async def end(self, user: str, session_id: str) -> bool:
-        return bool(await self._script(END, self._keys(user, session_id), [session_id, user]))
+        return bool(await self.store.script(END, self._keys(user, session_id), [session_id, user]))
 
     async def ended(self, user: str, session_id: str) -> bool:
         with self.connection.errors():
@@ -99,4 +93,4 @@ class RedisPageSessions(PageSessions):
 
     async def end_all(self, user: str) -> int:
         base = self.store.base(user)
-        return int(await self._script(EACH, [f"{base}pages"], [base, user, "1"]))
+        return int(await self.store.script(EACH, [f"{base}pages"], [base, user, "1"]))

@@ -119,10 +119,13 @@ class SqliteFile:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     result = work(conn)
+                    conn.execute("COMMIT")
                 except BaseException:
-                    conn.execute("ROLLBACK")
+                    # A failed COMMIT (busy, disk full) may leave the transaction open, its
+                    # write lock held against every process: SQLite asks for a ROLLBACK.
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
                     raise
-                conn.execute("COMMIT")
             return result
 
         return run

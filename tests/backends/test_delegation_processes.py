@@ -60,7 +60,7 @@ def test_two_workers_on_redis_and_a_sign_out_synapse_missed(start, synapse, redi
 
     status, _ = server.request("/_matrix/client/v3/logout", {}, token=first["access_token"])
     assert status == 200
-    # Every end reaches Synapse as the devices that remain (sync_devices, as MAS's SyncDevicesJob).
+    # One way to tell Synapse of an end: the devices with a session here (the laptop's).
     assert fake.calls[-1] == ("sync_devices", {"localpart": "alice", "devices": [second["device_id"]]})
     assert fake.devices["alice"] == {second["device_id"]: "Laptop"}
     assert introspect(server.port, first["access_token"]) == (200, {"active": False})

@@ -4,6 +4,7 @@ open, list, end one, ask whether one ended, end all of a user's; lifetimes; one 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -95,3 +96,22 @@ async def test_a_store_not_started_is_unavailable(tmp_path, request):
     store = create_session_store("sqlite", store_options("sqlite", tmp_path, request), config_dir=str(tmp_path))
     with pytest.raises(StoreUnavailable):
         await page_sessions_for(store).ended("alice", "n1")
+
+
+async def test_sqlite_the_peek_does_not_wait_behind_a_write(tmp_path):
+    """Asked on every page request: on the read connection, as the rate peek is, so a write
+    under way (a login, a touch, a lock another process holds) never holds a page up."""
+    store = create_session_store("sqlite", store_options("sqlite", tmp_path, None), config_dir=str(tmp_path))
+    await store.start()
+    pages = page_sessions_for(store)
+    release = threading.Event()
+    try:
+        await pages.open(sign_in("s1"))
+        busy = asyncio.ensure_future(store.db.write(lambda: release.wait(5)))  # the writer thread taken
+        assert not await asyncio.wait_for(pages.ended("alice", "s1"), 2.0)
+        assert await asyncio.wait_for(pages.ended("alice", "nope"), 2.0)
+        release.set()
+        await busy
+    finally:
+        release.set()
+        await store.close()

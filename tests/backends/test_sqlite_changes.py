@@ -1,16 +1,18 @@
 """The SQLite store keeps the sessions it read only while no process has ended a session
 since (the change counter, backends/sessions/sqlite_changes.py): an end by any process is
 seen by every other at its next read, as if nothing were kept; the production write mix
-(logins, last-seen touches, rate steps and peeks) leaves what is kept in place."""
+(logins, last-seen touches, rate steps and peeks) leaves what is kept in place; a COMMIT that fails is rolled back."""
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 import time
 
 import pytest
 
+from backends.base import StoreUnavailable
 from backends.sessions import Session
 from backends.sessions.sqlite import SqliteSessionStore
 from backends.sessions.sqlite_changes import _FORMAT, ChangeCounter
@@ -195,3 +197,35 @@ async def test_the_production_write_mix_leaves_kept_sessions_in_place_and_answer
     assert (await a.get("alice", "h1")).ended_ts is not None
     await b.end_devices("bob", None)
     assert (await a.get("bob", "h2")).ended_ts is not None
+
+
+class CommitFailsOnce:
+    """The write connection, whose first COMMIT fails as SQLite's SQLITE_BUSY / SQLITE_FULL
+    does: an error, and the transaction still open."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn, self.failed = conn, False
+
+    def execute(self, sql: str, *args):
+        if sql == "COMMIT" and not self.failed:
+            self.failed = True
+            raise sqlite3.OperationalError("database or disk is full")
+        return self.conn.execute(sql, *args)
+
+    def __getattr__(self, name: str):
+        return getattr(self.conn, name)
+
+
+async def test_a_failed_commit_is_rolled_back_and_the_store_writes_again(two_stores):
+    """A COMMIT that fails (SQLite leaves the transaction open after a busy or full-disk answer
+    there, and asks for a ROLLBACK) is rolled back: nothing of it stays, and no process waits
+    behind a write lock nobody releases."""
+    mine, other = two_stores
+    mine.db._write_conn = CommitFailsOnce(mine.db._write_conn)
+    with pytest.raises(StoreUnavailable):
+        await mine.open(session("h1"), None)
+    await other.open(session("h2"), None)
+    await mine.open(session("h3"), None)
+    assert await mine.get("alice", "h1") is None
+    assert await mine.get("alice", "h2") is not None
+    assert await other.get("alice", "h3") is not None

@@ -343,6 +343,16 @@ async def test_end_all_needs_the_password(browser, signed_in, fetch):
     assert "Every session of your account has ended" in body and "<h1>Sign in</h1>" in body
 
 
+async def test_end_all_is_one_logout_in_the_audit_trail(browser, signed_in, caplog):
+    """Signing out everywhere is one logout (every session and every page sign-in), not that
+    and a second one for this browser's page session, which it has ended already."""
+    caplog.set_level(logging.INFO, logger="homeserver.audit")
+    assert (await browser.post({"op": "end_all", "password": "wonderland"})).status == 303
+    lines = [r.getMessage() for r in caplog.records if r.name == "homeserver.audit"]
+    assert [line.split(" ")[1] for line in lines] == ["login", "logout"], lines
+    assert 'reason="logout_all"' in lines[1]
+
+
 async def test_sign_out_ends_the_cookie_even_if_kept(browser, signed_in, fetch):
     kept = dict(browser.cookies)
     resp = await browser.post({"op": "sign_out"})
