@@ -228,11 +228,11 @@ class TokenEndpoint:
         return user
 
     async def _access_used(self, grant: Grant) -> bool:
-        """Whether the newest access token was used (or has expired, when that cannot be told)."""
-        used = await self.oauth.store.access_used(grant.user, grant.access_hash)
-        if used is None:
-            return now_ms() >= grant.rotated_ts + self.oauth.lifetime * 1000
-        return used
+        """Whether the newest access token is known to have been used. Once its session has
+        expired the store cannot tell, and the retry stands: the spec's MUST is that a client
+        whose answer was lost can retry later (a phone asleep past the token's lifetime), and a
+        thief's replay is still seen at the client's next refresh, whose token it retired."""
+        return bool(await self.oauth.store.access_used(grant.user, grant.access_hash))
 
     async def _end(self, grant: Grant, reason: str, why: str) -> None:
         level = logging.INFO if reason == REVOKED and why.startswith("revoked") else logging.WARNING

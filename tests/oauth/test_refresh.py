@@ -119,3 +119,14 @@ class TestShortLifetime:
         assert body["soft_logout"] is True
         fresh = assert_json(await client.refresh(tokens["refresh_token"]))
         assert_json(await fetch(WHOAMI, token=fresh["access_token"]))
+
+    async def test_a_lost_answer_is_retried_after_the_new_access_token_expired_unused(self, client, fetch):
+        # The spec's MUST: a client whose refresh answer was lost retries with the previous refresh
+        # token "later" (a phone asleep for longer than an access token lives); the new access token
+        # was never used, so the retry is no replay and the session stays.
+        first = await client.login()
+        assert_json(await client.refresh(first["refresh_token"]))  # the client never sees this answer
+        await asyncio.sleep(2.2)
+        retried = assert_json(await client.refresh(first["refresh_token"]))
+        assert_json(await fetch(WHOAMI, token=retried["access_token"]))
+        assert_json(await client.refresh(retried["refresh_token"]))
