@@ -91,12 +91,13 @@ class TokenEndpoint:
         client_id = _field(form, "client_id")
         redirect_uri = _field(form, "redirect_uri")
         verifier = _field(form, "code_verifier")
-        taken = await oauth.store.take_code(token_digest(code)) if len(code) <= MAX_TOKEN else None
+        code_hash = token_digest(code)
+        taken = await oauth.store.take_code(code_hash) if len(code) <= MAX_TOKEN else None
         if taken is None:
             raise invalid_grant("the code is unknown or expired")
         record, uses = taken
         user_name, device_id = record["user"], record["device_id"]
-        grant_id = "c" + token_digest(code)[:31]  # what this code makes, found again by a second use
+        grant_id = "c" + code_hash[:31]  # what this code makes, found again by a second use
         if uses > 1:
             grant = await oauth.store.device_grant(user_name, device_id)
             if grant is not None and grant.grant_id == grant_id:
@@ -110,7 +111,16 @@ class TokenEndpoint:
             raise invalid_grant("redirect_uri differs from the authorization request's")
         if not CODE_VERIFIER.fullmatch(verifier) or not _same(pkce_s256(verifier), record["code_challenge"]):
             raise invalid_grant("the code_verifier does not match the code_challenge")
-        return await self.open_grant(record, grant_id, client_ip)
+        answer = await self.open_grant(record, grant_id, client_ip)
+        # A second use while the tokens were being made found no grant to end yet: taken once
+        # more now, the code tells (a count past 2), and what this use made ends after all.
+        again = await oauth.store.take_code(code_hash)
+        if again is not None and again[1] > 2:
+            grant = await oauth.store.device_grant(user_name, device_id)
+            if grant is not None and grant.grant_id == grant_id:
+                await self._end(grant, REVOKED, "its code was used again while the tokens were made")
+            raise invalid_grant("the code was used already")
+        return answer
 
     async def open_grant(
         self, record: dict[str, Any], grant_id: str, client_ip: str, via: str = "oauth"

@@ -1,0 +1,41 @@
+"""Two requests at once on one code or one session: what the later one finds must hold even
+while the earlier one is still making its tokens (under delegation that waits on Synapse)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.helpers import assert_error
+from tests.oauth.test_refusals import oauth_error
+
+pytestmark = pytest.mark.usefixtures("io_loop")
+
+WHOAMI = "/_matrix/client/v3/account/whoami"
+
+
+async def test_a_code_used_twice_at_once_leaves_no_session(client, fetch, hs, monkeypatch):
+    code, _ = await client.code("RACE000001")
+    users_get = hs.oauth.users.get
+    second_done = asyncio.Event()
+
+    async def slow_get(name):  # the first exchange reads the user again while the second one runs
+        await asyncio.wait_for(second_done.wait(), 5)
+        return await users_get(name)
+
+    monkeypatch.setattr(hs.oauth.users, "get", slow_get)
+    first = asyncio.ensure_future(client.exchange(code))
+    await asyncio.sleep(0.05)
+    second = await client.exchange(code)
+    second_done.set()
+    oauth_error(second, "invalid_grant")
+    first_resp = await first
+    monkeypatch.setattr(hs.oauth.users, "get", users_get)
+    if first_resp.status == 200:  # whatever the first made is ended: the code was used twice
+        body = assert_error(await fetch(WHOAMI, token=first_resp.json["access_token"]), 401, "M_UNKNOWN_TOKEN")
+        assert body["soft_logout"] is False
+        oauth_error(await client.refresh(first_resp.json["refresh_token"]), "invalid_grant")
+    else:
+        oauth_error(first_resp, "invalid_grant")
+    assert [d.device_id for d in await hs.devices.list_devices("alice")] == []
