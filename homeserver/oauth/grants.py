@@ -213,6 +213,13 @@ class TokenEndpoint:
         if not await oauth.store.rotate_grant(grant.refresh_hash, rotated, GRANT_IDLE):
             raise invalid_grant("the refresh token was used at the same time by another request")
         await oauth.sessions.open(oauth.access_session(access, user, grant.device_id, client_ip), None)
+        # The session may have ended (a logout, a revocation, `sessions revoke`) since it was read:
+        # read again after the new access token's session exists, so it cannot outlive the end.
+        still = await oauth.sessions.get(grant.user, grant_session_digest(grant.grant_id))
+        if still is None or still.ended_ts is not None:
+            await oauth.sessions.end(grant.user, token_digest(access))
+            await oauth.forget(rotated)
+            raise invalid_grant("the session has ended")
         if rotated.rotated_ts // DAY_MS != grant.rotated_ts // DAY_MS:
             # Kept while it has a session: extended by the first refresh of each day (one write less on the others).
             await oauth.store.touch_client(grant.client_id, GRANT_IDLE)

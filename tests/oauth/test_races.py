@@ -39,3 +39,23 @@ async def test_a_code_used_twice_at_once_leaves_no_session(client, fetch, hs, mo
     else:
         oauth_error(first_resp, "invalid_grant")
     assert [d.device_id for d in await hs.devices.list_devices("alice")] == []
+
+
+async def test_a_session_ended_while_a_refresh_runs_gives_no_working_token(client, fetch, hs, monkeypatch):
+    tokens = await client.login("RACE000002")
+    rotate = hs.oauth.store.rotate_grant
+
+    async def rotate_then_revoked(*args, **kwargs):  # `sessions revoke` lands between the checks and the answer
+        done = await rotate(*args, **kwargs)
+        await hs.devices.revoke("alice", ["RACE000002"])
+        return done
+
+    monkeypatch.setattr(hs.oauth.store, "rotate_grant", rotate_then_revoked)
+    resp = await client.refresh(tokens["refresh_token"])
+    monkeypatch.setattr(hs.oauth.store, "rotate_grant", rotate)
+    if resp.status == 200:
+        body = assert_error(await fetch(WHOAMI, token=resp.json["access_token"]), 401, "M_UNKNOWN_TOKEN")
+        assert body["soft_logout"] is False
+    else:
+        oauth_error(resp, "invalid_grant")
+    assert [d.device_id for d in await hs.devices.list_devices("alice")] == []
