@@ -36,7 +36,7 @@ from homeserver.oauth.errors import (
 from homeserver.oauth.metadata import DEVICE_CODE_GRANT
 from homeserver.oauth.service import GRANT_IDLE, OAuth, grant_session_digest, new_token, now_ms, pkce_s256
 from homeserver.sessions import REPLACED, REVOKED, USER_REMOVED, token_digest
-from homeserver.tokens import TokenError
+from homeserver.tokens import TokenError, TokenExpired
 
 logger = logging.getLogger(__name__)
 
@@ -277,6 +277,14 @@ class TokenEndpoint:
             return
         try:
             claims = oauth.tokens.verify(token)
+        except TokenExpired:
+            # A client logs out with the access token it holds, expired or not, and both tokens
+            # of its session must go (the spec's MUST): the grant whose newest token it is ends.
+            expired = oauth.tokens.claims_of_expired(token)
+            found = await oauth.store.device_grant(expired.name, expired.device_id) if expired else None
+            if found is not None and _same(token_digest(token), found.access_hash):
+                await self._end(found, REVOKED, "revoked by its access token (expired)")
+            return
         except TokenError:
             return
         session = await oauth.sessions.get(claims.name, token_digest(token))

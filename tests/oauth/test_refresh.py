@@ -130,3 +130,13 @@ class TestShortLifetime:
         retried = assert_json(await client.refresh(first["refresh_token"]))
         assert_json(await fetch(WHOAMI, token=retried["access_token"]))
         assert_json(await client.refresh(retried["refresh_token"]))
+
+    async def test_revoking_an_expired_access_token_ends_the_session(self, client, fetch, hs):
+        # The spec: the server MUST revoke both tokens of the session of the token given, and a
+        # client logs out with the access token it holds, expired or not (an app idle a while).
+        tokens = await client.login("EXPIREDREV")
+        await asyncio.sleep(2.2)
+        resp = await client.revoke(tokens["access_token"], token_type_hint="access_token")
+        assert resp.status == 200, resp
+        invalid_grant(await client.refresh(tokens["refresh_token"]))
+        assert await hs.devices.list_devices("alice") == []
