@@ -13,6 +13,7 @@ import ipaddress
 import re
 import secrets
 import string
+import unicodedata
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
@@ -173,6 +174,9 @@ def register(body: Any) -> dict[str, Any]:
         "token_endpoint_auth_method": "none",
     }
     name = _string(body, "client_name", MAX_NAME)
+    if name and any(unicodedata.category(c) == "Cc" for c in name):
+        # Logged here, shown on pages and the device's display name: a line break would forge log lines.
+        raise metadata_error("client_name must have no control characters")
     if name:
         metadata["client_name"] = name
     for key in OTHER_URIS:

@@ -120,7 +120,7 @@ class OAuth:
                 )
         metadata = register(body)
         await self.store.add_client(metadata["client_id"], metadata, CLIENT_IDLE)
-        logger.info("oauth: client %s registered (%s)", metadata["client_id"], metadata.get("client_name", ""))
+        logger.info("oauth: client %s registered (%r)", metadata["client_id"], metadata.get("client_name", ""))
         return metadata
 
     # -- authorization ----------------------------------------------------------------

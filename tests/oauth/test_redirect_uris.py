@@ -60,3 +60,10 @@ async def test_ordinary_redirect_uris_still_register(client):
     uris = ["org.example.app:/cb", "https://app.example.org/cb?x=1&y=%2F", "http://127.0.0.1/cb", "http://[::1]/cb"]
     body = assert_json(await client.register(redirect_uris=uris), 201)
     assert body["redirect_uris"] == uris
+
+
+@pytest.mark.parametrize("name", ["App\n2026-01-01 00:00:00 [1] INFO homeserver.audit: login success", "App\r", "App\x1b[31m", "App\x85"])
+async def test_a_client_name_with_control_characters_is_refused(client, name):
+    # The name is logged at registration and becomes the device's display name: a line break in
+    # it would forge log lines (the audit trail's among them).
+    oauth_error(await client.register(client_name=name), "invalid_client_metadata")
