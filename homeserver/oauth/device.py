@@ -21,7 +21,6 @@ the short user code, and the program, polling the token endpoint, gets its token
 from __future__ import annotations
 
 import contextlib
-import hmac
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -42,7 +41,7 @@ from homeserver.oauth.errors import (
 )
 from homeserver.oauth.metadata import DEVICE_CODE_GRANT
 from homeserver.oauth.scopes import parse_scope
-from homeserver.oauth.service import CLIENT_IDLE, OAuth, new_token, now_ms
+from homeserver.oauth.service import CLIENT_IDLE, OAuth, new_token, now_ms, same_text
 from homeserver.sessions import token_digest
 
 logger = logging.getLogger(__name__)
@@ -212,7 +211,7 @@ class DeviceFlow:
         if found is None:
             raise invalid_grant("the device code is unknown")
         record = found.record
-        if not hmac.compare_digest(client_id.encode("utf-8", "surrogatepass"), str(record["client_id"]).encode()):
+        if not same_text(client_id, str(record["client_id"])):
             raise invalid_grant("the device code was issued to another client")
         if found.state == USED:
             raise invalid_grant("the device code was used already")

@@ -15,7 +15,6 @@ grants) and revocation (RFC 7009).
 from __future__ import annotations
 
 import contextlib
-import hmac
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -34,7 +33,15 @@ from homeserver.oauth.errors import (
     invalid_request,
 )
 from homeserver.oauth.metadata import DEVICE_CODE_GRANT
-from homeserver.oauth.service import GRANT_IDLE, OAuth, grant_session_digest, new_token, now_ms, pkce_s256
+from homeserver.oauth.service import (
+    GRANT_IDLE,
+    OAuth,
+    grant_session_digest,
+    new_token,
+    now_ms,
+    pkce_s256,
+    same_text,
+)
 from homeserver.sessions import REPLACED, REVOKED, USER_REMOVED, token_digest
 from homeserver.tokens import TokenError, TokenExpired
 
@@ -44,11 +51,6 @@ CODE_VERIFIER = re.compile(r"[A-Za-z0-9._~-]{43,128}")
 REFRESH_PREFIX = "mhr_"
 MAX_TOKEN = 4096
 DAY_MS = 86_400_000
-
-
-def _same(given: str, kept: str) -> bool:
-    """A constant-time comparison of any text (compare_digest takes only ASCII str)."""
-    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), kept.encode("utf-8", "surrogatepass"))
 
 
 def _field(form: dict[str, str], name: str) -> str:
@@ -105,11 +107,11 @@ class TokenEndpoint:
                 await oauth.devices.end(user_name, [device_id], REVOKED)
                 await oauth.forget(grant)
             raise invalid_grant("the code was used already")
-        if not _same(client_id, record["client_id"]):
+        if not same_text(client_id, record["client_id"]):
             raise invalid_grant("the code was issued to another client")
         if redirect_uri != record["redirect_uri"]:
             raise invalid_grant("redirect_uri differs from the authorization request's")
-        if not CODE_VERIFIER.fullmatch(verifier) or not _same(pkce_s256(verifier), record["code_challenge"]):
+        if not CODE_VERIFIER.fullmatch(verifier) or not same_text(pkce_s256(verifier), record["code_challenge"]):
             raise invalid_grant("the code_verifier does not match the code_challenge")
         answer = await self.open_grant(record, grant_id, client_ip)
         # A second use while the tokens were being made found no grant to end yet: taken once
@@ -190,7 +192,7 @@ class TokenEndpoint:
         if grant is None:
             raise invalid_grant("the refresh token is unknown or revoked")
         client_id = form.get("client_id")
-        if client_id and not _same(client_id, grant.client_id):
+        if client_id and not same_text(client_id, grant.client_id):
             raise invalid_grant("the refresh token was issued to another client")
         user = await self._still_good(grant)
         if digest == grant.previous_hash:
@@ -282,7 +284,7 @@ class TokenEndpoint:
             # of its session must go (the spec's MUST): the grant whose newest token it is ends.
             expired = oauth.tokens.claims_of_expired(token)
             found = await oauth.store.device_grant(expired.name, expired.device_id) if expired else None
-            if found is not None and _same(token_digest(token), found.access_hash):
+            if found is not None and same_text(token_digest(token), found.access_hash):
                 await self._end(found, REVOKED, "revoked by its access token (expired)")
             return
         except TokenError:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import logging
 import secrets
 import time
@@ -54,6 +55,11 @@ def new_token(prefix: str) -> str:
 def grant_session_digest(grant_id: str) -> str:
     """The session-store key of a grant's own session: no token's digest (tokens are JWTs)."""
     return token_digest("oauth-grant:" + grant_id)
+
+
+def same_text(given: str, kept: str) -> bool:
+    """A constant-time comparison of any text (compare_digest takes only ASCII str)."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), kept.encode("utf-8", "surrogatepass"))
 
 
 def pkce_s256(verifier: str) -> str:
