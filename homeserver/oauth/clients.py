@@ -31,7 +31,7 @@ OTHER_URIS = ("logo_uri", "tos_uri", "policy_uri")
 # a browser reads such a URI otherwise than urlsplit does, e.g. `\\` ends the authority).
 URI_CHARS = re.compile(r"[A-Za-z0-9._~:/?#\[\]@!$&'()*+,;=%-]+")
 # A host a browser reads as urlsplit does: a DNS name or an IP literal (no %-escapes).
-HOST = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?|[0-9a-f:.]+")  # urlsplit's hostname: lower case, no brackets
+HOST = re.compile(r"[a-z0-9_]([a-z0-9._-]*[a-z0-9_])?|[0-9a-f:.]+")  # urlsplit's hostname: lower case, no brackets
 
 
 def metadata_error(description: str) -> OAuthError:

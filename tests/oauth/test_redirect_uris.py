@@ -60,6 +60,9 @@ async def test_ordinary_redirect_uris_still_register(client):
     uris = ["org.example.app:/cb", "https://app.example.org/cb?x=1&y=%2F", "http://127.0.0.1/cb", "http://[::1]/cb"]
     body = assert_json(await client.register(redirect_uris=uris), 201)
     assert body["redirect_uris"] == uris
+    # Host names browsers take though DNS hostnames may not (an underscore) stay accepted.
+    web = {"application_type": "web", "client_uri": "https://my_app.example.org/", "redirect_uris": ["https://my_app.example.org/cb"]}
+    assert_json(await client.register(**web), 201)
 
 
 @pytest.mark.parametrize("name", ["App\n2026-01-01 00:00:00 [1] INFO homeserver.audit: login success", "App\r", "App\x1b[31m", "App\x85"])
