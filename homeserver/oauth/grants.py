@@ -17,12 +17,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
-from backends.base import User
+from backends.base import StoreUnavailable, User
 from backends.sessions.oauth import Grant
 from homeserver import audit
+from homeserver.errors import MatrixError
 from homeserver.oauth.device import DeviceFlow
 from homeserver.oauth.errors import (
     INVALID_REQUEST,
@@ -58,6 +60,11 @@ def _field(form: dict[str, str], name: str) -> str:
     if not value:
         raise invalid_request(f"{name} is required")
     return value
+
+
+def _made_by(grant: Grant, grant_id: str) -> bool:
+    """Whether a grant is what open_grant made for this grant id (one of its attempts)."""
+    return grant.grant_id.partition(".")[0] == grant_id
 
 
 class TokenEndpoint:
@@ -102,7 +109,7 @@ class TokenEndpoint:
         grant_id = "c" + code_hash[:31]  # what this code makes, found again by a second use
         if uses > 1:
             grant = await oauth.store.device_grant(user_name, device_id)
-            if grant is not None and grant.grant_id == grant_id:
+            if grant is not None and _made_by(grant, grant_id):
                 logger.warning("oauth: a code of %r used twice: ending the session it made", user_name)
                 await oauth.devices.end(user_name, [device_id], REVOKED)
                 await oauth.forget(grant)
@@ -113,13 +120,19 @@ class TokenEndpoint:
             raise invalid_grant("redirect_uri differs from the authorization request's")
         if not CODE_VERIFIER.fullmatch(verifier) or not same_text(pkce_s256(verifier), record["code_challenge"]):
             raise invalid_grant("the code_verifier does not match the code_challenge")
-        answer = await self.open_grant(record, grant_id, client_ip)
+        try:
+            answer = await self.open_grant(record, grant_id, client_ip)
+        except (StoreUnavailable, MatrixError, OAuthError) as exc:
+            if getattr(exc, "status", 503) >= 500:  # Synapse or a store away: the client retries with this code
+                with contextlib.suppress(StoreUnavailable):
+                    await oauth.store.give_back_code(code_hash, uses)
+            raise
         # A second use while the tokens were being made found no grant to end yet: taken once
         # more now, the code tells (a count past 2), and what this use made ends after all.
         again = await oauth.store.take_code(code_hash)
         if again is not None and again[1] > 2:
             grant = await oauth.store.device_grant(user_name, device_id)
-            if grant is not None and grant.grant_id == grant_id:
+            if grant is not None and _made_by(grant, grant_id):
                 await self._end(grant, REVOKED, "its code was used again while the tokens were made")
             raise invalid_grant("the code was used already")
         return answer
@@ -133,6 +146,9 @@ class TokenEndpoint:
         delegation Synapse has the user and the device before the answer."""
         oauth = self.oauth
         user_name, device_id, client_id = record["user"], record["device_id"], record["client_id"]
+        # One grant id per attempt: one that failed (503) leaves its ended grant session behind,
+        # and the retry (the same code or approval) must not collide with it.
+        grant_id = f"{grant_id}.{secrets.token_hex(4)}"
         user = await oauth.users.get(user_name)
         if user is None:
             raise invalid_grant("the account is gone")

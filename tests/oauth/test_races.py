@@ -59,3 +59,50 @@ async def test_a_session_ended_while_a_refresh_runs_gives_no_working_token(clien
     else:
         oauth_error(resp, "invalid_grant")
     assert [d.device_id for d in await hs.devices.list_devices("alice")] == []
+
+
+async def test_a_code_whose_tokens_could_not_be_made_can_be_used_again(client, fetch, hs, monkeypatch):
+    # A 503 (the session store or Synapse away a moment) tells the client to retry: the code is
+    # not spent by it, as a device grant's approval is not.
+    from backends.base import StoreUnavailable
+
+    code, _ = await client.code("RACE000003")
+    add_grant = hs.oauth.store.add_grant
+
+    async def down(*args, **kwargs):
+        raise StoreUnavailable("down for the test", store="session store")
+
+    monkeypatch.setattr(hs.oauth.store, "add_grant", down)
+    oauth_error(await client.exchange(code), "temporarily_unavailable", 503)
+    assert [d.device_id for d in await hs.devices.list_devices("alice")] == []
+    monkeypatch.setattr(hs.oauth.store, "add_grant", add_grant)
+    resp = await client.exchange(code)
+    assert resp.status == 200, resp
+    tokens = resp.json
+    assert (await fetch(WHOAMI, token=tokens["access_token"])).status == 200
+    oauth_error(await client.exchange(code), "invalid_grant")  # used now: once
+
+
+async def test_a_store_failing_midway_at_the_poll_leaves_the_approval_usable(fetch, hs, monkeypatch):
+    # The grant's own session was opened before the store failed: the next poll must not
+    # collide with what the failed one left behind (before, it was 503 until the code expired).
+    from backends.base import StoreUnavailable
+    from homeserver.oauth import device
+    from tests.helpers import assert_json
+    from tests.oauth.device_helpers import DeviceClient, Person
+
+    monkeypatch.setattr(device, "INTERVAL", 0)
+    client, person = DeviceClient(fetch), Person(fetch)
+    codes = await client.codes("MIDWAY0001")
+    await person.approve(codes["verification_uri_complete"])
+    add_grant = hs.oauth.store.add_grant
+
+    async def down(*args, **kwargs):
+        raise StoreUnavailable("down for the test", store="session store")
+
+    monkeypatch.setattr(hs.oauth.store, "add_grant", down)
+    oauth_error(await client.poll(codes["device_code"]), "temporarily_unavailable", 503)
+    monkeypatch.setattr(hs.oauth.store, "add_grant", add_grant)
+    tokens = assert_json(await client.poll(codes["device_code"]))
+    assert (await fetch(WHOAMI, token=tokens["access_token"])).status == 200
+    assert_json(await client.refresh(tokens["refresh_token"]))
