@@ -25,7 +25,7 @@ from backends.sessions.oauth import Grant, OAuthStore
 from homeserver.credentials import Credentials
 from homeserver.oauth.authorization import AuthorizationRequest, parse_authorization
 from homeserver.oauth.clients import register
-from homeserver.oauth.errors import OAuthError
+from homeserver.oauth.errors import too_many
 from homeserver.sessions import token_digest
 from homeserver.tokens import TokenIssuer
 
@@ -111,19 +111,19 @@ class OAuth:
     def lifetime(self) -> int:
         return self.settings.access_token_lifetime
 
+    async def limit(self, key: str, interval: float, burst: int) -> float:
+        """One step of a per-address limit in the shared buckets: the seconds to wait (0: go on)."""
+        if not self.rate_limited:
+            return 0.0
+        return await self.buckets.rate_limit(key, interval, burst * interval)
+
     # -- registration -----------------------------------------------------------------
 
     async def register(self, body: Any, client_ip: str) -> dict[str, Any]:
         """RFC 7591: the registered metadata with its client_id, kept in the store."""
-        if self.rate_limited:
-            wait = await self.buckets.rate_limit(
-                "oauth-register:" + client_ip, REGISTER_INTERVAL, REGISTER_BURST * REGISTER_INTERVAL
-            )
-            if wait > 0:
-                raise OAuthError(
-                    "temporarily_unavailable", "too many registrations from this address", 429,
-                    {"Retry-After": str(max(1, int(wait + 0.999)))},
-                )
+        wait = await self.limit("oauth-register:" + client_ip, REGISTER_INTERVAL, REGISTER_BURST)
+        if wait > 0:
+            raise too_many("too many registrations from this address", wait)
         metadata = register(body)
         await self.store.add_client(metadata["client_id"], metadata, CLIENT_IDLE)
         logger.info("oauth: client %s registered (%r)", metadata["client_id"], metadata.get("client_name", ""))
