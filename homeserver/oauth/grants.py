@@ -129,7 +129,10 @@ class TokenEndpoint:
             raise
         # A second use while the tokens were being made found no grant to end yet: taken once
         # more now, the code tells (a count past 2), and what this use made ends after all.
-        again = await oauth.store.take_code(code_hash)
+        try:
+            again = await oauth.store.take_code(code_hash)
+        except StoreUnavailable:  # the tokens are made: answer them rather than a 503 that spends them
+            return answer
         if again is not None and again[1] > 2:
             grant = await oauth.store.device_grant(user_name, device_id)
             if grant is not None and _made_by(grant, grant_id):
