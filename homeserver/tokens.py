@@ -112,7 +112,15 @@ class TokenIssuer:
             self._cache[token] = (claims, now + self.cache_ttl, exp)
         return claims
 
-    def _decode(self, token: str) -> tuple[Claims, float | None]:
+    def claims_of_expired(self, token: str) -> Claims | None:
+        """The claims of a token whose one fault is its expiry (signed by us); None otherwise.
+        Only to end what an expired token belongs to (OAuth revocation), never to authorize."""
+        try:
+            return self._decode(token, verify_exp=False)[0]
+        except TokenError:
+            return None
+
+    def _decode(self, token: str, *, verify_exp: bool = True) -> tuple[Claims, float | None]:
         """The full check: shape first (size, alphabet, a small JSON object in each of the
         first two segments), then signature, algorithm, claims and expiry (python-jose).
         Whatever the text, the answer is claims or TokenError (so a 401), never another error."""
@@ -120,7 +128,7 @@ class TokenIssuer:
         first_error: Exception | None = None
         for key in self.keys:
             try:
-                claims = jwt.decode(token, key, algorithms=ALGORITHMS)
+                claims = jwt.decode(token, key, algorithms=ALGORITHMS, options={"verify_exp": verify_exp})
                 break
             except (JOSEError, UnicodeError) as exc:  # UnicodeError: text that is no token at all
                 # A claims error means this key's signature matched: that is the answer.

@@ -69,6 +69,11 @@ class OAuthStore(abc.ABC):
         of two takes at once, exactly one sees 1); None when unknown or expired."""
 
     @abc.abstractmethod
+    async def give_back_code(self, code_hash: str, uses: int) -> None:
+        """Undo a take that saw `uses` (its tokens could not be made for a while): the count goes
+        back by one if it is still `uses`; nothing when another take came since, or it is gone."""
+
+    @abc.abstractmethod
     async def add_grant(self, grant: Grant, idle: float) -> None:
         """Keep a new grant `idle` seconds from its last use; it replaces any grant of the device."""
 

@@ -34,6 +34,9 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return false end
 local uses = redis.call('HINCRBY', KEYS[1], 'uses', 1)
 return {redis.call('HGET', KEYS[1], 'record'), uses}
 """
+GIVE_BACK_CODE = """
+if redis.call('HGET', KEYS[1], 'uses') == ARGV[1] then redis.call('HINCRBY', KEYS[1], 'uses', -1) end
+"""
 # Compare and set: ARGV[1] the expected current refresh digest, ARGV[2] the new grant, ARGV[3] ms.
 ROTATE = """
 local value = redis.call('GET', KEYS[1])
@@ -91,6 +94,9 @@ class RedisOAuthStore(RedisDeviceCodes, OAuthStore):
         if not found:
             return None
         return json.loads(found[0]), int(found[1])
+
+    async def give_back_code(self, code_hash: str, uses: int) -> None:
+        await self._script(GIVE_BACK_CODE, [f"{self.prefix}code:{code_hash}"], [str(uses)])
 
     # -- grants ---------------------------------------------------------------------
 

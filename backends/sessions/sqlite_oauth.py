@@ -163,6 +163,12 @@ class SqliteOAuthStore(SqliteDeviceCodes, OAuthStore):
 
         return await self._run(work)
 
+    async def give_back_code(self, code_hash: str, uses: int) -> None:
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute("UPDATE oauth_codes SET uses = uses - 1 WHERE code_hash = ? AND uses = ?", (code_hash, uses))
+
+        await self._run(work)
+
     # -- grants ---------------------------------------------------------------------
 
     def _insert_grant(self, conn: sqlite3.Connection, grant: Grant, idle: float) -> None:

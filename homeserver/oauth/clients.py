@@ -10,8 +10,10 @@ a private-use scheme in reverse-DNS of that host with no authority, or http on t
 from __future__ import annotations
 
 import ipaddress
+import re
 import secrets
 import string
+import unicodedata
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
@@ -25,6 +27,11 @@ MAX_URI = 2048
 MAX_NAME = 256
 CLIENT_ID_ALPHABET = string.ascii_uppercase + string.digits
 OTHER_URIS = ("logo_uri", "tos_uri", "policy_uri")
+# The characters of an RFC 3986 URI (no space, backslash, quote, angle bracket or non-ASCII:
+# a browser reads such a URI otherwise than urlsplit does, e.g. `\\` ends the authority).
+URI_CHARS = re.compile(r"[A-Za-z0-9._~:/?#\[\]@!$&'()*+,;=%-]+")
+# A host a browser reads as urlsplit does: a DNS name or an IP literal (no %-escapes).
+HOST = re.compile(r"[a-z0-9_]([a-z0-9._-]*[a-z0-9_])?|[0-9a-f:.]+")  # urlsplit's hostname: lower case, no brackets
 
 
 def metadata_error(description: str) -> OAuthError:
@@ -39,8 +46,10 @@ def _split(value: Any, name: str, error: str = INVALID_CLIENT_METADATA) -> Split
         parts.port  # noqa: B018 - raises ValueError for a bad port
     except ValueError:
         raise OAuthError(error, f"{name} is not a valid URI") from None
-    if not parts.scheme or any(ord(c) < 0x21 or ord(c) == 0x7F for c in value):
-        raise OAuthError(error, f"{name} is not an absolute URI")
+    if not parts.scheme or not URI_CHARS.fullmatch(value):
+        raise OAuthError(error, f"{name} is not an absolute URI (RFC 3986 characters only)")
+    if parts.scheme.lower() in ("http", "https") and not HOST.fullmatch(parts.hostname or ""):
+        raise OAuthError(error, f"{name} must name its host as a DNS name or an IP address")
     return parts
 
 
@@ -88,9 +97,10 @@ def _check_redirect(uri: Any, application_type: str, base: str) -> str:
         if parts.username is not None:
             raise OAuthError(INVALID_REDIRECT_URI, f"{uri}: no user or password in a redirect URI")
         return uri
-    # A private-use scheme: the reverse-DNS of the client_uri host, with no authority.
+    # A private-use scheme: the reverse-DNS of the client_uri host (a domain name: it has a
+    # period, RFC 8252 7.1, so never javascript: or data:), with no authority.
     reverse = ".".join(reversed(base.split(".")))
-    if not base or _is_ip(base) or not (scheme == reverse or scheme.startswith(reverse + ".")):
+    if not base or _is_ip(base) or "." not in base or not (scheme == reverse or scheme.startswith(reverse + ".")):
         wanted = reverse or "the reverse-DNS of client_uri's host"
         raise OAuthError(INVALID_REDIRECT_URI, f"{uri}: a private-use scheme must start with {wanted}")
     if uri[len(scheme) + 1:].startswith("//"):
@@ -102,9 +112,19 @@ def _string(body: dict[str, Any], name: str, limit: int = MAX_URI) -> str | None
     value = body.get(name)
     if value is None:
         return None
-    if not isinstance(value, str) or len(value) > limit:
+    if not isinstance(value, str) or len(value) > limit or not _is_text(value):
         raise metadata_error(f"{name} must be a string of at most {limit} characters")
     return value
+
+
+def _is_text(value: str) -> bool:
+    """Whether a JSON string is text (not a lone surrogate from a `\\ud800` escape, which no
+    answer could carry)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def register(body: Any) -> dict[str, Any]:
@@ -154,6 +174,9 @@ def register(body: Any) -> dict[str, Any]:
         "token_endpoint_auth_method": "none",
     }
     name = _string(body, "client_name", MAX_NAME)
+    if name and any(unicodedata.category(c) == "Cc" for c in name):
+        # Logged here, shown on pages and the device's display name: a line break would forge log lines.
+        raise metadata_error("client_name must have no control characters")
     if name:
         metadata["client_name"] = name
     for key in OTHER_URIS:

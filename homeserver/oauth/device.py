@@ -21,7 +21,6 @@ the short user code, and the program, polling the token endpoint, gets its token
 from __future__ import annotations
 
 import contextlib
-import hmac
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -39,10 +38,12 @@ from homeserver.oauth.errors import (
     OAuthError,
     invalid_grant,
     invalid_request,
+    retry_after,
+    too_many,
 )
 from homeserver.oauth.metadata import DEVICE_CODE_GRANT
 from homeserver.oauth.scopes import parse_scope
-from homeserver.oauth.service import CLIENT_IDLE, OAuth, new_token, now_ms
+from homeserver.oauth.service import CLIENT_IDLE, OAuth, new_token, now_ms, same_text
 from homeserver.sessions import token_digest
 
 logger = logging.getLogger(__name__)
@@ -105,20 +106,12 @@ class DeviceFlow:
     def lifetime(self) -> int:
         return self.oauth.settings.device_code_lifetime
 
-    async def _limit(self, key: str, interval: float, burst: int) -> float:
-        if not self.oauth.rate_limited:
-            return 0.0
-        return await self.oauth.buckets.rate_limit(key, interval, burst * interval)
-
     # -- the device authorization endpoint (RFC 8628 3.1, 3.2) ----------------------------
 
     async def authorize(self, form: dict[str, str], client_ip: str, verification_uri: str) -> dict[str, Any]:
-        wait = await self._limit("oauth-device:" + client_ip, AUTHORIZE_INTERVAL, AUTHORIZE_BURST)
+        wait = await self.oauth.limit("oauth-device:" + client_ip, AUTHORIZE_INTERVAL, AUTHORIZE_BURST)
         if wait > 0:
-            raise OAuthError(
-                TEMPORARILY_UNAVAILABLE, "too many device authorization requests from this address", 429,
-                {"Retry-After": str(max(1, int(wait + 0.999)))},
-            )
+            raise too_many("too many device authorization requests from this address", wait)
         client_id = form.get("client_id", "")
         if not client_id:
             raise invalid_request("client_id is required")
@@ -159,11 +152,10 @@ class DeviceFlow:
     async def find(self, typed: str, client_ip: str) -> DeviceAuthorization:
         """The pending authorization of a typed user code; CodeProblem otherwise (rate-limited
         per address, as every typed code counts)."""
-        wait = await self._limit("oauth-user-code:" + client_ip, TYPED_INTERVAL, TYPED_BURST)
+        wait = await self.oauth.limit("oauth-user-code:" + client_ip, TYPED_INTERVAL, TYPED_BURST)
         if wait > 0:
             raise CodeProblem(
-                "Too many codes were tried from your address. Wait a minute and try again.", 429,
-                {"Retry-After": str(max(1, int(wait + 0.999)))},
+                "Too many codes were tried from your address. Wait a minute and try again.", 429, retry_after(wait)
             )
         code = normalize(typed)
         found = await self.oauth.store.device_code_by_user_code(_digest(code)) if code else None
@@ -212,7 +204,7 @@ class DeviceFlow:
         if found is None:
             raise invalid_grant("the device code is unknown")
         record = found.record
-        if not hmac.compare_digest(client_id.encode("utf-8", "surrogatepass"), str(record["client_id"]).encode()):
+        if not same_text(client_id, str(record["client_id"])):
             raise invalid_grant("the device code was issued to another client")
         if found.state == USED:
             raise invalid_grant("the device code was used already")

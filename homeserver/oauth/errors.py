@@ -4,6 +4,7 @@ authorization endpoint puts them on the redirect."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 INVALID_REQUEST = "invalid_request"
@@ -42,3 +43,13 @@ def invalid_grant(description: str) -> OAuthError:
 
 def invalid_request(description: str) -> OAuthError:
     return OAuthError(INVALID_REQUEST, description)
+
+
+def retry_after(wait: float) -> dict[str, str]:
+    """The Retry-After header of a wait in seconds (at least 1)."""
+    return {"Retry-After": str(max(1, math.ceil(wait)))}
+
+
+def too_many(description: str, wait: float) -> OAuthError:
+    """429 for a rate limit of the OAuth endpoints (RFC 6749 has no code for it)."""
+    return OAuthError(TEMPORARILY_UNAVAILABLE, description, 429, retry_after(wait))

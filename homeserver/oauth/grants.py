@@ -15,15 +15,16 @@ grants) and revocation (RFC 7009).
 from __future__ import annotations
 
 import contextlib
-import hmac
 import logging
 import re
+import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
-from backends.base import User
+from backends.base import StoreUnavailable, User
 from backends.sessions.oauth import Grant
 from homeserver import audit
+from homeserver.errors import MatrixError
 from homeserver.oauth.device import DeviceFlow
 from homeserver.oauth.errors import (
     INVALID_REQUEST,
@@ -34,9 +35,17 @@ from homeserver.oauth.errors import (
     invalid_request,
 )
 from homeserver.oauth.metadata import DEVICE_CODE_GRANT
-from homeserver.oauth.service import GRANT_IDLE, OAuth, grant_session_digest, new_token, now_ms, pkce_s256
+from homeserver.oauth.service import (
+    GRANT_IDLE,
+    OAuth,
+    grant_session_digest,
+    new_token,
+    now_ms,
+    pkce_s256,
+    same_text,
+)
 from homeserver.sessions import REPLACED, REVOKED, USER_REMOVED, token_digest
-from homeserver.tokens import TokenError
+from homeserver.tokens import TokenError, TokenExpired
 
 logger = logging.getLogger(__name__)
 
@@ -46,16 +55,16 @@ MAX_TOKEN = 4096
 DAY_MS = 86_400_000
 
 
-def _same(given: str, kept: str) -> bool:
-    """A constant-time comparison of any text (compare_digest takes only ASCII str)."""
-    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), kept.encode("utf-8", "surrogatepass"))
-
-
 def _field(form: dict[str, str], name: str) -> str:
     value = form.get(name, "")
     if not value:
         raise invalid_request(f"{name} is required")
     return value
+
+
+def _made_by(grant: Grant, grant_id: str) -> bool:
+    """Whether a grant is what open_grant made for this grant id (one of its attempts)."""
+    return grant.grant_id.partition(".")[0] == grant_id
 
 
 class TokenEndpoint:
@@ -91,26 +100,45 @@ class TokenEndpoint:
         client_id = _field(form, "client_id")
         redirect_uri = _field(form, "redirect_uri")
         verifier = _field(form, "code_verifier")
-        taken = await oauth.store.take_code(token_digest(code)) if len(code) <= MAX_TOKEN else None
+        code_hash = token_digest(code)
+        taken = await oauth.store.take_code(code_hash) if len(code) <= MAX_TOKEN else None
         if taken is None:
             raise invalid_grant("the code is unknown or expired")
         record, uses = taken
         user_name, device_id = record["user"], record["device_id"]
-        grant_id = "c" + token_digest(code)[:31]  # what this code makes, found again by a second use
+        grant_id = "c" + code_hash[:31]  # what this code makes, found again by a second use
         if uses > 1:
             grant = await oauth.store.device_grant(user_name, device_id)
-            if grant is not None and grant.grant_id == grant_id:
+            if grant is not None and _made_by(grant, grant_id):
                 logger.warning("oauth: a code of %r used twice: ending the session it made", user_name)
                 await oauth.devices.end(user_name, [device_id], REVOKED)
                 await oauth.forget(grant)
             raise invalid_grant("the code was used already")
-        if not _same(client_id, record["client_id"]):
+        if not same_text(client_id, record["client_id"]):
             raise invalid_grant("the code was issued to another client")
         if redirect_uri != record["redirect_uri"]:
             raise invalid_grant("redirect_uri differs from the authorization request's")
-        if not CODE_VERIFIER.fullmatch(verifier) or not _same(pkce_s256(verifier), record["code_challenge"]):
+        if not CODE_VERIFIER.fullmatch(verifier) or not same_text(pkce_s256(verifier), record["code_challenge"]):
             raise invalid_grant("the code_verifier does not match the code_challenge")
-        return await self.open_grant(record, grant_id, client_ip)
+        try:
+            answer = await self.open_grant(record, grant_id, client_ip)
+        except (StoreUnavailable, MatrixError, OAuthError) as exc:
+            if getattr(exc, "status", 503) >= 500:  # Synapse or a store away: the client retries with this code
+                with contextlib.suppress(StoreUnavailable):
+                    await oauth.store.give_back_code(code_hash, uses)
+            raise
+        # A second use while the tokens were being made found no grant to end yet: taken once
+        # more now, the code tells (a count past 2), and what this use made ends after all.
+        try:
+            again = await oauth.store.take_code(code_hash)
+        except StoreUnavailable:  # the tokens are made: answer them rather than a 503 that spends them
+            return answer
+        if again is not None and again[1] > 2:
+            grant = await oauth.store.device_grant(user_name, device_id)
+            if grant is not None and _made_by(grant, grant_id):
+                await self._end(grant, REVOKED, "its code was used again while the tokens were made")
+            raise invalid_grant("the code was used already")
+        return answer
 
     async def open_grant(
         self, record: dict[str, Any], grant_id: str, client_ip: str, via: str = "oauth"
@@ -121,6 +149,9 @@ class TokenEndpoint:
         delegation Synapse has the user and the device before the answer."""
         oauth = self.oauth
         user_name, device_id, client_id = record["user"], record["device_id"], record["client_id"]
+        # One grant id per attempt: one that failed (503) leaves its ended grant session behind,
+        # and the retry (the same code or approval) must not collide with it.
+        grant_id = f"{grant_id}.{secrets.token_hex(4)}"
         user = await oauth.users.get(user_name)
         if user is None:
             raise invalid_grant("the account is gone")
@@ -180,7 +211,7 @@ class TokenEndpoint:
         if grant is None:
             raise invalid_grant("the refresh token is unknown or revoked")
         client_id = form.get("client_id")
-        if client_id and not _same(client_id, grant.client_id):
+        if client_id and not same_text(client_id, grant.client_id):
             raise invalid_grant("the refresh token was issued to another client")
         user = await self._still_good(grant)
         if digest == grant.previous_hash:
@@ -203,6 +234,13 @@ class TokenEndpoint:
         if not await oauth.store.rotate_grant(grant.refresh_hash, rotated, GRANT_IDLE):
             raise invalid_grant("the refresh token was used at the same time by another request")
         await oauth.sessions.open(oauth.access_session(access, user, grant.device_id, client_ip), None)
+        # The session may have ended (a logout, a revocation, `sessions revoke`) since it was read:
+        # read again after the new access token's session exists, so it cannot outlive the end.
+        still = await oauth.sessions.get(grant.user, grant_session_digest(grant.grant_id))
+        if still is None or still.ended_ts is not None:
+            await oauth.sessions.end(grant.user, token_digest(access))
+            await oauth.forget(rotated)
+            raise invalid_grant("the session has ended")
         if rotated.rotated_ts // DAY_MS != grant.rotated_ts // DAY_MS:
             # Kept while it has a session: extended by the first refresh of each day (one write less on the others).
             await oauth.store.touch_client(grant.client_id, GRANT_IDLE)
@@ -228,11 +266,11 @@ class TokenEndpoint:
         return user
 
     async def _access_used(self, grant: Grant) -> bool:
-        """Whether the newest access token was used (or has expired, when that cannot be told)."""
-        used = await self.oauth.store.access_used(grant.user, grant.access_hash)
-        if used is None:
-            return now_ms() >= grant.rotated_ts + self.oauth.lifetime * 1000
-        return used
+        """Whether the newest access token is known to have been used. Once its session has
+        expired the store cannot tell, and the retry stands: the spec's MUST is that a client
+        whose answer was lost can retry later (a phone asleep past the token's lifetime), and a
+        thief's replay is still seen at the client's next refresh, whose token it retired."""
+        return bool(await self.oauth.store.access_used(grant.user, grant.access_hash))
 
     async def _end(self, grant: Grant, reason: str, why: str) -> None:
         level = logging.INFO if reason == REVOKED and why.startswith("revoked") else logging.WARNING
@@ -260,6 +298,14 @@ class TokenEndpoint:
             return
         try:
             claims = oauth.tokens.verify(token)
+        except TokenExpired:
+            # A client logs out with the access token it holds, expired or not, and both tokens
+            # of its session must go (the spec's MUST): the grant whose newest token it is ends.
+            expired = oauth.tokens.claims_of_expired(token)
+            found = await oauth.store.device_grant(expired.name, expired.device_id) if expired else None
+            if found is not None and same_text(token_digest(token), found.access_hash):
+                await self._end(found, REVOKED, "revoked by its access token (expired)")
+            return
         except TokenError:
             return
         session = await oauth.sessions.get(claims.name, token_digest(token))

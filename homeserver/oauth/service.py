@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import logging
 import secrets
 import time
@@ -24,7 +25,7 @@ from backends.sessions.oauth import Grant, OAuthStore
 from homeserver.credentials import Credentials
 from homeserver.oauth.authorization import AuthorizationRequest, parse_authorization
 from homeserver.oauth.clients import register
-from homeserver.oauth.errors import OAuthError
+from homeserver.oauth.errors import too_many
 from homeserver.sessions import token_digest
 from homeserver.tokens import TokenIssuer
 
@@ -54,6 +55,11 @@ def new_token(prefix: str) -> str:
 def grant_session_digest(grant_id: str) -> str:
     """The session-store key of a grant's own session: no token's digest (tokens are JWTs)."""
     return token_digest("oauth-grant:" + grant_id)
+
+
+def same_text(given: str, kept: str) -> bool:
+    """A constant-time comparison of any text (compare_digest takes only ASCII str)."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), kept.encode("utf-8", "surrogatepass"))
 
 
 def pkce_s256(verifier: str) -> str:
@@ -105,22 +111,22 @@ class OAuth:
     def lifetime(self) -> int:
         return self.settings.access_token_lifetime
 
+    async def limit(self, key: str, interval: float, burst: int) -> float:
+        """One step of a per-address limit in the shared buckets: the seconds to wait (0: go on)."""
+        if not self.rate_limited:
+            return 0.0
+        return await self.buckets.rate_limit(key, interval, burst * interval)
+
     # -- registration -----------------------------------------------------------------
 
     async def register(self, body: Any, client_ip: str) -> dict[str, Any]:
         """RFC 7591: the registered metadata with its client_id, kept in the store."""
-        if self.rate_limited:
-            wait = await self.buckets.rate_limit(
-                "oauth-register:" + client_ip, REGISTER_INTERVAL, REGISTER_BURST * REGISTER_INTERVAL
-            )
-            if wait > 0:
-                raise OAuthError(
-                    "temporarily_unavailable", "too many registrations from this address", 429,
-                    {"Retry-After": str(max(1, int(wait + 0.999)))},
-                )
+        wait = await self.limit("oauth-register:" + client_ip, REGISTER_INTERVAL, REGISTER_BURST)
+        if wait > 0:
+            raise too_many("too many registrations from this address", wait)
         metadata = register(body)
         await self.store.add_client(metadata["client_id"], metadata, CLIENT_IDLE)
-        logger.info("oauth: client %s registered (%s)", metadata["client_id"], metadata.get("client_name", ""))
+        logger.info("oauth: client %s registered (%r)", metadata["client_id"], metadata.get("client_name", ""))
         return metadata
 
     # -- authorization ----------------------------------------------------------------

@@ -111,3 +111,16 @@ async def test_access_used_reads_the_session_record_afresh(oauth_store, session_
     assert await oauth_store.access_used("alice", "a2") is True
     await session_store.open(Session("old", "alice", "D1", now - 9000, "10.0.0.1", now - 9000, expires_ts=now - 1000), None)
     assert await oauth_store.access_used("alice", "old") is None
+
+
+async def test_a_take_is_given_back_only_while_no_other_came(oauth_store):
+    # The tokens of a code could not be made for a while (503): the code stands for a retry,
+    # unless another use took it meanwhile (then it stays spent).
+    await oauth_store.add_code("back", {"user": "alice"}, 60)
+    assert (await oauth_store.take_code("back"))[1] == 1
+    await oauth_store.give_back_code("back", 1)
+    assert (await oauth_store.take_code("back"))[1] == 1
+    assert (await oauth_store.take_code("back"))[1] == 2
+    await oauth_store.give_back_code("back", 1)  # a second use came: nothing given back
+    assert (await oauth_store.take_code("back"))[1] == 3
+    await oauth_store.give_back_code("unknown", 1)

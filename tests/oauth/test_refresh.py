@@ -119,3 +119,24 @@ class TestShortLifetime:
         assert body["soft_logout"] is True
         fresh = assert_json(await client.refresh(tokens["refresh_token"]))
         assert_json(await fetch(WHOAMI, token=fresh["access_token"]))
+
+    async def test_a_lost_answer_is_retried_after_the_new_access_token_expired_unused(self, client, fetch):
+        # The spec's MUST: a client whose refresh answer was lost retries with the previous refresh
+        # token "later" (a phone asleep for longer than an access token lives); the new access token
+        # was never used, so the retry is no replay and the session stays.
+        first = await client.login()
+        assert_json(await client.refresh(first["refresh_token"]))  # the client never sees this answer
+        await asyncio.sleep(2.2)
+        retried = assert_json(await client.refresh(first["refresh_token"]))
+        assert_json(await fetch(WHOAMI, token=retried["access_token"]))
+        assert_json(await client.refresh(retried["refresh_token"]))
+
+    async def test_revoking_an_expired_access_token_ends_the_session(self, client, fetch, hs):
+        # The spec: the server MUST revoke both tokens of the session of the token given, and a
+        # client logs out with the access token it holds, expired or not (an app idle a while).
+        tokens = await client.login("EXPIREDREV")
+        await asyncio.sleep(2.2)
+        resp = await client.revoke(tokens["access_token"], token_type_hint="access_token")
+        assert resp.status == 200, resp
+        invalid_grant(await client.refresh(tokens["refresh_token"]))
+        assert await hs.devices.list_devices("alice") == []

@@ -1,0 +1,72 @@
+"""Redirect URIs a browser reads otherwise than the registration check did, and text no JSON
+answer can carry: refused at registration (RFC 7591 `invalid_redirect_uri` or
+`invalid_client_metadata`), never kept or answered with a 500."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers import assert_json
+from tests.oauth.test_refusals import oauth_error
+
+pytestmark = pytest.mark.usefixtures("io_loop")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        # A browser ends the authority at a backslash (WHATWG URL): the host is evil.example.com,
+        # while urlsplit reads one under app.example.org and the page shows it so.
+        {"application_type": "web", "redirect_uris": ["https://evil.example.com\\.app.example.org/cb"]},
+        {"redirect_uris": ["https://evil.example.com\\.app.example.org/cb"]},  # a claimed https URI of a native client
+        {"application_type": "web", "redirect_uris": ["https://evil.example.com%5C.app.example.org/cb"]},
+        {"application_type": "web", "redirect_uris": ["https://app.example.org/c b"]},
+        {"application_type": "web", "redirect_uris": ['https://app.example.org/"><x']},
+        # A private-use scheme is a reverse domain name (RFC 8252 7.1: it has a period); a
+        # one-label client_uri host would otherwise make javascript: or data: a redirect URI.
+        {"client_uri": "https://javascript/", "redirect_uris": ["javascript:alert(1)"]},
+        {"client_uri": "https://data/", "redirect_uris": ["data:text/html,hello"]},
+    ],
+)
+async def test_redirect_uris_a_browser_reads_otherwise_are_refused(client, overrides):
+    oauth_error(await client.register(**overrides), "invalid_redirect_uri")
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("redirect_uris", ["org.example.app:/\ud800"]),
+        ("redirect_uris", ["http://127.0.0.1/\udcff"]),
+        ("client_name", "App \ud800"),
+        ("client_uri", "https://app.example.org/\udcff"),
+        ("policy_uri", "https://app.example.org/\ud800"),
+    ],
+)
+async def test_lone_surrogates_are_refused_not_a_500(client, fetch, field, value):
+    await client.discover()
+    body = {
+        "client_name": "App", "client_uri": "https://app.example.org/", "application_type": "native",
+        "redirect_uris": ["org.example.app:/cb"], field: value,
+    }
+    raw = json.dumps(body)  # \\ud800 escapes: valid JSON, but no UTF-8 text
+    resp = await fetch(client.path("registration_endpoint"), "POST", body=raw, headers={"Content-Type": "application/json"})
+    assert resp.status == 400, resp
+    assert resp.json["error"] in ("invalid_redirect_uri", "invalid_client_metadata"), resp
+
+
+async def test_ordinary_redirect_uris_still_register(client):
+    uris = ["org.example.app:/cb", "https://app.example.org/cb?x=1&y=%2F", "http://127.0.0.1/cb", "http://[::1]/cb"]
+    body = assert_json(await client.register(redirect_uris=uris), 201)
+    assert body["redirect_uris"] == uris
+    # Host names browsers take though DNS hostnames may not (an underscore) stay accepted.
+    web = {"application_type": "web", "client_uri": "https://my_app.example.org/", "redirect_uris": ["https://my_app.example.org/cb"]}
+    assert_json(await client.register(**web), 201)
+
+
+@pytest.mark.parametrize("name", ["App\n2026-01-01 00:00:00 [1] INFO homeserver.audit: login success", "App\r", "App\x1b[31m", "App\x85"])
+async def test_a_client_name_with_control_characters_is_refused(client, name):
+    # The name is logged at registration and becomes the device's display name: a line break in
+    # it would forge log lines (the audit trail's among them).
+    oauth_error(await client.register(client_name=name), "invalid_client_metadata")
