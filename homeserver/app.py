@@ -7,7 +7,6 @@ from typing import Any
 
 import tornado.web
 from tornado import httputil
-from tornado.escape import url_unescape
 
 from homeserver.account_page import cookie_key
 from homeserver.context import HomeServer
@@ -15,18 +14,18 @@ from homeserver.handlers import account, account_page, devices, discovery, healt
 from homeserver.handlers.base import NotFoundHandler
 from homeserver.logs import log_request
 
+# Tornado tries the patterns in order until one matches: the areas most requested come
+# first (a client's versions, capabilities, whoami and profile lookups; Synapse's token
+# introspection under delegation), the pages last. No pattern of one area matches a path
+# of another, so the order changes only how soon a request finds its handler.
 ROUTES = (
-    discovery.ROUTES + login.ROUTES + profile.ROUTES + account.ROUTES + devices.ROUTES + health.ROUTES
-    + oauth.ROUTES + account_page.ROUTES
+    account.ROUTES + discovery.ROUTES + profile.ROUTES + oauth.ROUTES + login.ROUTES + devices.ROUTES
+    + health.ROUTES + account_page.ROUTES
 )
 
 
 # A pattern that matches one path only: literal characters, dots escaped.
 _LITERAL = re.compile(r"(?:[A-Za-z0-9_/~-]|\\\.)+")
-# A fixed prefix and one path segment: /_matrix/client/v3/profile/([^/]+)
-_ONE_SEGMENT = re.compile(r"((?:[A-Za-z0-9_/~-]|\\\.)+/)\(\[\^/\]\+\)\$?")
-
-
 class App(tornado.web.Application):
     """Tornado's Application, with the routes that name one fixed path found by a dict lookup.
 
@@ -56,11 +55,6 @@ class App(tornado.web.Application):
             else:
                 rest.append(rule)
             earlier.append(re.compile(pattern if pattern.endswith("$") else pattern + "$"))
-        # The first pattern left, when it is a fixed prefix and one segment (the profile), is
-        # matched without a regex too: no pattern before it can match what it matches.
-        self.segment_route: tuple[str, type[tornado.web.RequestHandler], dict[str, Any] | None] | None = None
-        if rest and isinstance(rest[0], tuple) and (shape := _ONE_SEGMENT.fullmatch(rest[0][0])):
-            self.segment_route = (shape[1].replace("\\.", "."), rest[0][1], rest[0][2] if len(rest[0]) > 2 else None)
         super().__init__(rest, **settings)
 
     def find_handler(self, request: httputil.HTTPServerRequest, **kwargs: Any) -> tornado.web._HandlerDelegate:
@@ -68,13 +62,6 @@ class App(tornado.web.Application):
         found = self.fixed_paths.get(path)
         if found is not None:
             return self.get_handler_delegate(request, found[0], found[1])
-        route = self.segment_route
-        if route is not None and path.startswith(route[0]):
-            segment = path[len(route[0]):]
-            if segment and "/" not in segment:
-                # What Tornado's router hands the handler: the segment percent-decoded, as bytes.
-                argument = url_unescape(segment, encoding=None, plus=False)
-                return self.get_handler_delegate(request, route[1], route[2], [argument])
         return super().find_handler(request, **kwargs)
 
 

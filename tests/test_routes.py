@@ -32,7 +32,6 @@ def test_every_route_resolves_as_tornado_resolves_it():
              "/_matrix/client/v3/profile/%ZZ", "/_matrix/client/v3/devices/ABC", "/account/elsewhere", "/nowhere",
              "/_matrix/client/versions/", "/_matrix/client/versionsX", "/_matrix/client/versions?x=1"]
     assert "/_matrix/client/versions" in ours.fixed_paths and "/_matrix/client/v3/capabilities" in ours.fixed_paths
-    assert ours.segment_route is not None and ours.segment_route[0] == "/_matrix/client/v3/profile/"
     for path in paths:
         assert chosen(ours, path) == chosen(tornados, path), path
 
@@ -52,12 +51,3 @@ def test_a_fixed_path_an_earlier_pattern_takes_stays_with_that_pattern():
     # An unescaped dot is a pattern, not a fixed path: /cXd matches it, not the table.
     assert app.fixed_paths["/c.d"][0] is Second and chosen(app, "/cXd")[0] is First
     assert app.fixed_paths["/e"] == (First, {"x": 1})
-    assert app.segment_route is None  # the first pattern left (/a/.*) is not one segment
-
-
-def test_a_segment_route_is_taken_only_when_nothing_before_it_is_a_pattern():
-    app = App([(r"/p/([^/]+)", First), (r"/p/fixed", Second)])
-    assert app.segment_route == ("/p/", First, None) and "/p/fixed" not in app.fixed_paths
-    assert chosen(app, "/p/fixed") == (First, [b"fixed"])  # the earlier pattern wins, as in Tornado
-    later = App([(r"/q/(\d+)", First), (r"/p/([^/]+)", Second)])
-    assert later.segment_route is None
