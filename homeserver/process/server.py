@@ -22,12 +22,12 @@ from homeserver.context import (
     create_session_store,
 )
 from homeserver.delegation import load_delegation_settings
-from homeserver.drain import InFlight
 from homeserver.errors import ConfigError
-from homeserver.listen import Listeners, bind_listeners
 from homeserver.logs import gather_writes
+from homeserver.process.drain import InFlight
+from homeserver.process.listen import Listeners, bind_listeners
+from homeserver.process.workers import EXIT_CONFIG, run_workers, watch_parent
 from homeserver.tokens import load_secret
-from homeserver.workers import EXIT_CONFIG, run_workers, watch_parent
 
 logger = logging.getLogger(__name__)
 
