@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import re
-from typing import Any
-
 import tornado.web
-from tornado import httputil
 
 from homeserver.account_page import cookie_key
 from homeserver.context import HomeServer
@@ -24,48 +20,7 @@ ROUTES = (
 )
 
 
-# A pattern that matches one path only: literal characters, dots escaped.
-_LITERAL = re.compile(r"(?:[A-Za-z0-9_/~-]|\\\.)+")
-class App(tornado.web.Application):
-    """Tornado's Application, with the routes that name one fixed path found by a dict lookup.
-
-    Tornado tries the routes' patterns in order, a regex match each, before it reaches the
-    one for a request; most of this API's paths are fixed text (`/_matrix/client/versions`,
-    `/_matrix/client/v3/capabilities`), so those are looked up directly. A fixed path is
-    only taken from the table when no earlier pattern also matches it, so the handler
-    chosen is always the one the patterns in order would choose; every other path (and
-    every path not in the table) goes through Tornado's router as before.
-    """
-
-    def __init__(self, handlers: list[Any], **settings: Any) -> None:
-        self.fixed_paths: dict[str, tuple[type[tornado.web.RequestHandler], dict[str, Any] | None]] = {}
-        earlier: list[re.Pattern[str]] = []
-        # Tornado's router keeps the rest: a fixed pattern matches its own path only, which
-        # the table answers first, so the router never needs to try it.
-        rest: list[Any] = []
-        for index, rule in enumerate(handlers):
-            if not isinstance(rule, tuple):  # a URLSpec or Rule: the table stops before it
-                rest += handlers[index:]
-                break
-            pattern, handler = rule[0], rule[1]
-            kwargs = rule[2] if len(rule) > 2 else None
-            path = pattern.replace("\\.", ".")
-            if _LITERAL.fullmatch(pattern) and path not in self.fixed_paths and not any(p.match(path) for p in earlier):
-                self.fixed_paths[path] = (handler, kwargs)
-            else:
-                rest.append(rule)
-            earlier.append(re.compile(pattern if pattern.endswith("$") else pattern + "$"))
-        super().__init__(rest, **settings)
-
-    def find_handler(self, request: httputil.HTTPServerRequest, **kwargs: Any) -> tornado.web._HandlerDelegate:
-        path = request.path
-        found = self.fixed_paths.get(path)
-        if found is not None:
-            return self.get_handler_delegate(request, found[0], found[1])
-        return super().find_handler(request, **kwargs)
-
-
-def make_app(hs: HomeServer) -> App:
+def make_app(hs: HomeServer) -> tornado.web.Application:
     """The client API; /metrics too when metrics are on and have no port of their own."""
     metrics = hs.metrics
     routes = list(ROUTES)
@@ -77,7 +32,7 @@ def make_app(hs: HomeServer) -> App:
         if metrics is not None:
             metrics.observe_request(handler)
 
-    return App(
+    return tornado.web.Application(
         routes,
         default_handler_class=NotFoundHandler,
         log_function=log_function,
