@@ -10,12 +10,13 @@ from homeserver.handlers import account, account_page, devices, discovery, healt
 from homeserver.handlers.base import NotFoundHandler
 from homeserver.logs import log_request
 
-# Tornado tries the patterns in order until one matches: the areas most requested come
-# first (a client's versions, capabilities, whoami and profile lookups; Synapse's token
-# introspection under delegation), the pages last. No pattern of one area matches a path
-# of another, so the order changes only how soon a request finds its handler.
+# Tornado tries the patterns in order until one matches (a regex each): the
+# areas most requested come first (a client's capabilities, whoami, profile lookups and
+# versions; Synapse's token introspection under delegation), the pages last. No pattern
+# of one area matches a path of another, so the order changes only how soon a request
+# finds its handler (tests/test_routes.py compares every path with the areas' own order).
 ROUTES = (
-    account.ROUTES + discovery.ROUTES + profile.ROUTES + oauth.ROUTES + login.ROUTES + devices.ROUTES
+    account.ROUTES + profile.ROUTES + discovery.ROUTES + oauth.ROUTES + login.ROUTES + devices.ROUTES
     + health.ROUTES + account_page.ROUTES
 )
 
