@@ -87,7 +87,7 @@ def _config(args: argparse.Namespace) -> Config:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from homeserver.server import run
+    from homeserver.process.server import run
 
     config = _config(args)
     setup_logging(config.get("logging", "level"), config.get("logging", "format"))

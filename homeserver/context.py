@@ -18,11 +18,11 @@ from homeserver.credentials import Credentials
 from homeserver.delegation import Delegation, load_delegation_settings
 from homeserver.devices import Devices
 from homeserver.documents import Documents
-from homeserver.drain import InFlight
 from homeserver.login import LoginService
 from homeserver.metrics import Metrics
 from homeserver.oauth import OAuth, build_oauth
 from homeserver.passwords import PasswordChecker
+from homeserver.process.drain import InFlight
 from homeserver.proxies import ClientAddress
 from homeserver.ratelimit import LoginLimits
 from homeserver.sessions import Sessions
@@ -46,7 +46,7 @@ class HomeServer:
     documents: Documents
     limits: LoginLimits = field(default_factory=LoginLimits)
     metrics: Metrics | None = None
-    # Requests in flight, so a graceful shutdown can wait for them (homeserver.drain).
+    # Requests in flight, so a graceful shutdown can wait for them (homeserver.process.drain).
     inflight: InFlight = field(default_factory=InFlight)
     # Resolves a request's client address (X-Forwarded-For only from trusted proxies).
     client_address: ClientAddress = field(default_factory=ClientAddress)

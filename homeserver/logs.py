@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
+import logging.handlers
 import sys
 import threading
 import time
@@ -13,7 +13,6 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 from urllib.parse import parse_qsl, urlencode
 
-from homeserver import request_id
 from homeserver.request_id import RequestIdFilter
 
 access_log = logging.getLogger("homeserver.access")
@@ -58,64 +57,25 @@ def log_request(handler: Any) -> None:
         getattr(handler, "client_ip", None) or request.remote_ip,
         1000.0 * request.request_time(),
     )
-    writer = _server_handler
-    if writer is not None and writer.takes_access_lines(level) and writer.access_line(level, args):
-        return
     # makeRecord + handle is what Logger.log does, minus findCaller's stack walk (a third
     # of the cost of a line); no access format shows the caller.
     access_log.handle(access_log.makeRecord(access_log.name, level, "(access log)", 0, ACCESS_FORMAT, args, None))
 
 
-if sys.version_info >= (3, 13):
-
-    def record_time() -> tuple[float, float]:
-        """`created` and `msecs` of a record made now, computed as this Python's LogRecord does."""
-        ns = time.time_ns()
-        return ns / 1e9, (ns % 1_000_000_000) // 1_000_000 + 0.0
-
-else:
-
-    def record_time() -> tuple[float, float]:
-        """`created` and `msecs` of a record made now, computed as this Python's LogRecord does."""
-        now = time.time()
-        return now, int((now - int(now)) * 1000) + 0.0
-
-
-_pid = os.getpid()
-
-
-def _forked() -> None:
-    global _pid
-    _pid = os.getpid()
-
-
-# A forked worker's lines name its own process, as LogRecord's os.getpid() would.
-os.register_at_fork(after_in_child=_forked)
-
-
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, pid, message, and an access line's fields."""
 
-    formats_access_lines = True
-
-    @staticmethod
-    def _entry(created: float, level: str, name: str, pid: int | None, message: str, rid: str) -> dict[str, Any]:
+    def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "time": datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds"),
-            "level": level,
-            "logger": name,
-            "pid": pid,
-            "message": message,
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "pid": record.process,
+            "message": record.getMessage(),
         }
+        rid = getattr(record, "request_id", "-")
         if rid != "-":
             entry["request_id"] = rid
-        return entry
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry = self._entry(
-            record.created, record.levelname, record.name, record.process, record.getMessage(),
-            getattr(record, "request_id", "-"),
-        )
         fields = getattr(record, "audit", None)
         if isinstance(fields, dict):  # homeserver.audit: the event's fields, each its own key
             entry.update(fields)
@@ -126,13 +86,6 @@ class JsonFormatter(logging.Formatter):
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False, default=str)
 
-    def format_access(self, created: float, msecs: float, levelno: int, rid: str, args: tuple[Any, ...]) -> str:
-        """What format() gives for an access line's record with these values."""
-        entry = self._entry(created, logging.getLevelName(levelno), access_log.name, _pid, ACCESS_FORMAT % args, rid)
-        entry.update(zip(ACCESS_FIELDS, args, strict=True))
-        entry["duration_ms"] = round(entry["duration_ms"], 2)
-        return json.dumps(entry, ensure_ascii=False, default=str)
-
 
 class TextFormatter(logging.Formatter):
     """The text format; the time of day is formatted once a second (it starts every access line)."""
@@ -140,153 +93,93 @@ class TextFormatter(logging.Formatter):
     _second: int = -1
     _text: str = ""
 
-    @property
-    def formats_access_lines(self) -> bool:
-        """format_access() makes this formatter's lines: the server's format, the standard time."""
-        return self._fmt == TEXT_FORMAT and self.datefmt is None and isinstance(self._style, logging.PercentStyle)
-
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         if datefmt is not None:
             return super().formatTime(record, datefmt)
-        return self._time(record.created, record.msecs)
-
-    def _time(self, created: float, msecs: float) -> str:
-        second = int(created)
+        second = int(record.created)
         if second != self._second:
-            self._second, self._text = second, time.strftime(self.default_time_format, self.converter(created))
-        return (self.default_msec_format or "%s,%03d") % (self._text, msecs)
-
-    def format_access(self, created: float, msecs: float, levelno: int, rid: str, args: tuple[Any, ...]) -> str:
-        """What format() gives, with TEXT_FORMAT, for an access line's record with these values."""
-        level = logging.getLevelName(levelno)
-        return f"{self._time(created, msecs)} [{_pid}] {level} {access_log.name} [{rid}]: {ACCESS_FORMAT % args}"
+            self._second, self._text = second, time.strftime(self.default_time_format, self.converter(record.created))
+        return (self.default_msec_format or "%s,%03d") % (self._text, record.msecs)
 
 
 def text_formatter() -> TextFormatter:
     return TextFormatter(TEXT_FORMAT)
 
 
-class ServerLogHandler(logging.StreamHandler[TextIO]):
-    """The server's log handler, on standard error.
+class LoopTurnHandler(logging.handlers.MemoryHandler):
+    """The server's log handler: records kept in memory and handed to `target` (standard
+    error, in the configured format) once per turn of the event loop.
 
-    Two savings on the request path, the output unchanged:
-    - lines written on the event loop's thread (every access line) are gathered and
-      written together once per turn of the loop (`gather_writes`): one write() for all
-      the requests a turn finished instead of one each. Any other thread writes at once,
-      after whatever is gathered, so the order holds; a flush (at exit too) writes it all;
-    - access lines skip the LogRecord (`access_line`) while this handler is the only one
-      they would reach and its formatter is one of ours: the same text, made directly.
-      With any other handler or filter on their way (a test's capture, say), they go
-      through logging as every other line does.
+    Synapse's PeriodicallyFlushingMemoryHandler with the period one turn of the loop: the
+    records logged on the loop's thread (every access line) go out together, formatted by
+    the target and written with one write() for all the requests the turn finished. A
+    record from any other thread, one at ERROR or above, a full buffer, or a flush (at
+    exit too: logging.shutdown) writes everything waiting at once, so the order holds and
+    nothing is lost. Without a loop (`gather_on(None)`, one-shot commands) every record is
+    written as it comes.
     """
 
-    def __init__(self, formatter: logging.Formatter) -> None:
-        super().__init__()
-        self.setFormatter(formatter)
-        # Every line written while serving a request carries its ID ("-" outside requests).
+    def __init__(self, target: logging.StreamHandler[TextIO], capacity: int = 1000) -> None:
+        super().__init__(capacity, flushLevel=logging.ERROR, target=target, flushOnClose=True)
+        # Every line written while serving a request carries its ID ("-" outside requests):
+        # set here, when the record is logged, not when it is written.
         self.addFilter(RequestIdFilter())
-        self._pending: list[str] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: int | None = None
 
     def gather_on(self, loop: asyncio.AbstractEventLoop | None) -> None:
-        """Gather the lines `loop`'s thread writes (this thread's), or, with None, stop and write them."""
+        """Keep the records `loop`'s thread (this thread) logs until the turn ends; None: no more."""
         self.acquire()
         try:
-            self._write_pending()
+            self.flush()
             self._loop = loop
             self._thread = threading.get_ident() if loop is not None else None
         finally:
             self.release()
 
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            self._write(self.format(record) + self.terminator)
-        except RecursionError:
-            raise
-        except Exception:
-            self.handleError(record)
-
-    def takes_access_lines(self, level: int) -> bool:
-        """True when an access line at `level` would reach this handler, and only it, unchanged."""
-        filters = self.filters
-        if level < self.level or len(filters) != 1 or not isinstance(filters[0], RequestIdFilter):
-            return False
-        if not getattr(self.formatter, "formats_access_lines", False):
-            return False
-        logger: logging.Logger | None = access_log
-        if access_log.filters or access_log.disabled:
-            return False
-        while logger is not None:
-            if logger.handlers:
-                return logger.parent is None and len(logger.handlers) == 1 and logger.handlers[0] is self
-            if not logger.propagate:
-                return False
-            logger = logger.parent
+    def shouldFlush(self, record: logging.LogRecord) -> bool:
+        if super().shouldFlush(record):
+            return True
+        loop = self._loop
+        if loop is None or threading.get_ident() != self._thread or loop.is_closed():
+            return True
+        if len(self.buffer) == 1:  # the turn's first record: write them all when it ends
+            loop.call_soon(self.flush)
         return False
 
-    def access_line(self, level: int, args: tuple[Any, ...]) -> bool:
-        """Write an access line as format() would write its record (see takes_access_lines);
-        False when it could not be made (the caller then logs it the usual way)."""
-        created, msecs = record_time()
-        try:
-            line = self.formatter.format_access(created, msecs, level, request_id.current.get(), args)  # type: ignore[union-attr]
-        except Exception:
-            return False
-        self.acquire()
-        try:
-            self._write(line + self.terminator)
-        except Exception:
-            self.handleError(logging.makeLogRecord({"msg": line}))
-        finally:
-            self.release()
-        return True
-
-    def _write(self, text: str) -> None:
-        """Write `text` now, or with the rest of this turn of the loop (the lock is held)."""
-        loop = self._loop
-        if loop is not None and threading.get_ident() == self._thread and not loop.is_closed():
-            if not self._pending:
-                loop.call_soon(self._flush_pending)
-            self._pending.append(text)
-            return
-        if self._pending:
-            text = "".join(self._pending) + text
-            self._pending.clear()
-        self.stream.write(text)
-        self.stream.flush()
-
-    def _flush_pending(self) -> None:
-        self.acquire()
-        try:
-            self._write_pending()
-        except Exception:  # nowhere left to report a failing standard error
-            pass
-        finally:
-            self.release()
-
-    def _write_pending(self) -> None:
-        if self._pending:
-            text = "".join(self._pending)
-            self._pending.clear()
-            self.stream.write(text)
-            self.stream.flush()
-
     def flush(self) -> None:
+        """Format what waits with the target's formatter and write it in one piece."""
         self.acquire()
         try:
-            self._write_pending()
-            super().flush()
+            target = self.target
+            if not self.buffer or not isinstance(target, logging.StreamHandler):
+                return
+            records, self.buffer = self.buffer, []
+            lines = []
+            for record in records:
+                try:
+                    if target.filter(record):
+                        lines.append(target.format(record) + target.terminator)
+                except Exception:
+                    target.handleError(record)
+            target.acquire()
+            try:
+                target.stream.write("".join(lines))
+                target.flush()
+            except Exception:
+                target.handleError(records[-1])
+            finally:
+                target.release()
         finally:
             self.release()
 
 
 # The handler setup_logging installed (None until then, and in tests that log elsewhere).
-_server_handler: ServerLogHandler | None = None
+_server_handler: LoopTurnHandler | None = None
 
 
 def gather_writes(loop: asyncio.AbstractEventLoop | None) -> None:
-    """Gather the server handler's lines per turn of `loop` (see ServerLogHandler); None stops."""
+    """Write the server handler's lines once per turn of `loop` (see LoopTurnHandler); None stops."""
     if _server_handler is not None:
         _server_handler.gather_on(loop)
 
@@ -329,7 +222,9 @@ def _system_log(fmt: str) -> logging.Handler | None:
 def setup_logging(level: str, fmt: str = "text") -> None:
     """Log to stderr at `level`, as text lines or one JSON object per line."""
     global _server_handler
-    handler = ServerLogHandler(JsonFormatter() if fmt == "json" else text_formatter())
+    stream = logging.StreamHandler(sys.stderr)
+    stream.setFormatter(JsonFormatter() if fmt == "json" else text_formatter())
+    handler = LoopTurnHandler(stream)
     _server_handler = handler
     root = logging.getLogger()
     for old in list(root.handlers):

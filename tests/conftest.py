@@ -20,6 +20,49 @@ from tests.servers import ServerProcess
 
 Fetch = Callable[..., Awaitable[Response]]
 
+# The tiers of real parts a test needs, as pytest markers (registered in pytest.ini), put on
+# each test by pytest_collection_modifyitems from what it uses, so no test file names them:
+# `pytest -m "not synapse and not browser"` runs the rest. A test needs a tier when it uses
+# one of its fixtures, is parametrized with its name as a value (a store or backend "redis"
+# or "ldap", a fixture then fetched with request.getfixturevalue), or, for the browser and
+# node, calls their starters itself.
+TIER_FIXTURES = {
+    "redis": {"redis_server", "redis_url", "redis_users", "redis_cluster", "sentinel_setup"},
+    "ldap": {"slapd"},
+    "synapse": {"synapse_stack"},
+    "browser": {"driver", "axe_source"},
+    "node": {"js_sdk", "js_chat", "js_upload", "axe_source"},
+}
+TIER_PARAMS = {"redis": "redis", "ldap": "ldap"}
+TIER_CALLS = {"browser": {"chrome"}, "node": {"install_js_sdk"}}
+# A per-test limit above pytest.ini's default: a real Synapse starts (and, the first time,
+# its virtualenv is made) inside the test that first needs it.
+TIER_TIMEOUTS = {"synapse": 900}
+
+
+def tiers_of(item: pytest.Item) -> set[str]:
+    names = set(getattr(item, "fixturenames", ()))
+    tiers = {tier for tier, fixtures in TIER_FIXTURES.items() if names & fixtures}
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params if callspec is not None else {}
+    tiers |= {tier for tier, value in TIER_PARAMS.items() if value in params.values()}
+    if params.get("delegation") is True:  # tests/backends/test_config_matrix.py's rows with a real Synapse
+        tiers.add("synapse")
+    function = getattr(item, "function", None)
+    called = set(function.__code__.co_names) if function is not None and hasattr(function, "__code__") else set()
+    tiers |= {tier for tier, calls in TIER_CALLS.items() if called & calls}
+    return tiers
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        tiers = tiers_of(item)
+        for tier in sorted(tiers):
+            item.add_marker(tier)
+        limits = [TIER_TIMEOUTS[t] for t in tiers if t in TIER_TIMEOUTS]
+        if limits and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(max(limits)))
+
 
 @pytest.fixture
 def user_records() -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from homeserver.errors import ConfigError
-from homeserver.server import run_event_loop
+from homeserver.process.server import run_event_loop
 
 
 def in_thread(choice: str, main) -> None:
@@ -69,7 +69,7 @@ def test_a_started_server_keeps_the_collector_off_start_up_and_still_collects_cy
     import gc
     import weakref
 
-    from homeserver.server import GC_YOUNG_THRESHOLD, settle_gc
+    from homeserver.process.server import GC_YOUNG_THRESHOLD, settle_gc
 
     saved = gc.get_threshold()
     try:

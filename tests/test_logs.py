@@ -7,6 +7,7 @@ import logging
 
 import pytest
 
+from homeserver import logs
 from homeserver.logs import JsonFormatter, setup_logging
 from tests.helpers import assert_json
 
@@ -80,16 +81,22 @@ def test_json_format_carries_exceptions():
     assert "ValueError" in entry["exception"]
 
 
-def test_setup_logging_replaces_handlers():
+def test_setup_logging_replaces_handlers(capsys):
     root = logging.getLogger()
-    saved = (list(root.handlers), root.level)
+    saved = (list(root.handlers), root.level, logs._server_handler)
     try:
         setup_logging("WARNING", "json")
-        assert len(root.handlers) == 1 and isinstance(root.handlers[0].formatter, JsonFormatter)
-        assert root.level == logging.WARNING
+        assert root.handlers == [logs._server_handler] and root.level == logging.WARNING
+        logging.getLogger("homeserver.test").info("not at WARNING")
+        logging.getLogger("homeserver.test").warning("one %s", "line")
+        root.handlers[0].close()  # what logging.shutdown() does at exit: writes what waits
     finally:
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
+        logs._server_handler = saved[2]
+    (line,) = capsys.readouterr().err.splitlines()
+    entry = json.loads(line)
+    assert (entry["level"], entry["logger"], entry["message"]) == ("WARNING", "homeserver.test", "one line")
 
 
 def test_text_format_time_is_the_standard_one():

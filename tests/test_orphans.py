@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from homeserver import workers
+from homeserver.process import workers
 from tests.servers import ROOT
 
 
@@ -64,7 +64,7 @@ def test_workers_exit_when_the_parent_is_killed(start):
 def test_die_with_parent_sets_sigterm_as_the_parent_death_signal():
     script = (
         "import ctypes, os\n"
-        "from homeserver.workers import die_with_parent\n"
+        "from homeserver.process.workers import die_with_parent\n"
         "assert die_with_parent(os.getppid())\n"
         "sig = ctypes.c_int()\n"
         "ctypes.CDLL(None).prctl(2, ctypes.byref(sig), 0, 0, 0)  # PR_GET_PDEATHSIG\n"

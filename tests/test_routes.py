@@ -1,14 +1,49 @@
-"""The fixed-path table in front of Tornado's router chooses exactly what the patterns in order choose."""
+"""The routes, ordered hot-first, choose for every path what the areas' routes in their own
+order choose: the order changes how soon Tornado finds a handler, never which one."""
 
 from __future__ import annotations
 
+import re
 from unittest import mock
 
 import tornado.web
 from tornado import httputil
 
-from homeserver.app import ROUTES, App
+from homeserver.app import ROUTES
+from homeserver.handlers import (
+    account,
+    account_page,
+    devices,
+    discovery,
+    health,
+    login,
+    oauth,
+    oauth_api,
+    oauth_device,
+    oauth_page,
+    profile,
+)
 from homeserver.handlers.base import NotFoundHandler
+
+# The areas in the order the modules were first joined (discovery first, the pages last).
+DECLARED = (
+    discovery.ROUTES + login.ROUTES + profile.ROUTES + account.ROUTES + devices.ROUTES + health.ROUTES
+    + oauth.ROUTES + oauth_api.ROUTES + oauth_device.ROUTES + oauth_page.ROUTES + account_page.ROUTES
+)
+# A route whose pattern is fixed text names its own path (dots escaped).
+_FIXED = re.compile(r"(?:[A-Za-z0-9_/~-]|\\\.)+")
+
+SAMPLES = [
+    "/_matrix/client/v3/profile/@a:b", "/_matrix/client/v3/profile/@a:b/displayname",
+    "/_matrix/client/v3/profile/@a:b/avatar_url", "/_matrix/client/v3/profile/%40a%3Ab",
+    "/_matrix/client/v3/profile/%E2%9C%93+x%2Fy", "/_matrix/client/v3/profile/", "/_matrix/client/v3/profile/a/b/c",
+    "/_matrix/client/v3/profile", "/_matrix/client/v3/profile/%ZZ", "/_matrix/client/v3/devices/ABC",
+    "/_matrix/client/v3/devices/", "/account/elsewhere", "/account/style.css", "/account/styleXcss", "/account/",
+    "/account", "/nowhere", "/", "/_matrix/client/versions/", "/_matrix/client/versionsX",
+    "/_matrix/client/versions?x=1", "/.well-known/matrix/clientX", "/health/ready/", "/oauth2/introspect/x",
+    "/account/authorize", "/account/device", "/oauth2/token", "/oauth2/device", "/oauth2/registration",
+    "/.well-known/oauth-authorization-server", "/_matrix/client/v1/auth_metadata",
+]
 
 
 def request(path: str) -> httputil.HTTPServerRequest:
@@ -22,42 +57,39 @@ def chosen(app: tornado.web.Application, path: str) -> tuple[type, list]:
     return delegate.handler_class, delegate.path_args
 
 
-def test_every_route_resolves_as_tornado_resolves_it():
-    routes = list(ROUTES)
-    ours = App(routes, default_handler_class=NotFoundHandler)
-    tornados = tornado.web.Application(routes, default_handler_class=NotFoundHandler)
-    paths = [*ours.fixed_paths, "/_matrix/client/v3/profile/@a:b", "/_matrix/client/v3/profile/@a:b/displayname",
-             "/_matrix/client/v3/profile/%40a%3Ab", "/_matrix/client/v3/profile/%E2%9C%93+x%2Fy",
-             "/_matrix/client/v3/profile/", "/_matrix/client/v3/profile/a/b/c", "/_matrix/client/v3/profile",
-             "/_matrix/client/v3/profile/%ZZ", "/_matrix/client/v3/devices/ABC", "/account/elsewhere", "/nowhere",
-             "/_matrix/client/versions/", "/_matrix/client/versionsX", "/_matrix/client/versions?x=1"]
-    assert "/_matrix/client/versions" in ours.fixed_paths and "/_matrix/client/v3/capabilities" in ours.fixed_paths
-    assert ours.segment_route is not None and ours.segment_route[0] == "/_matrix/client/v3/profile/"
+def fixed_paths(routes) -> list[str]:
+    return [rule[0].replace("\\.", ".") for rule in routes if _FIXED.fullmatch(rule[0])]
+
+
+def test_the_hot_first_order_chooses_what_the_declared_order_chooses():
+    assert sorted(map(repr, ROUTES)) == sorted(map(repr, DECLARED))  # the same routes, reordered
+    ours = tornado.web.Application(list(ROUTES), default_handler_class=NotFoundHandler)
+    declared = tornado.web.Application(list(DECLARED), default_handler_class=NotFoundHandler)
+    paths = fixed_paths(ROUTES) + SAMPLES
+    assert "/_matrix/client/versions" in paths and "/_matrix/client/v3/capabilities" in paths
     for path in paths:
-        assert chosen(ours, path) == chosen(tornados, path), path
+        assert chosen(ours, path) == chosen(declared, path), path
 
 
-class First(tornado.web.RequestHandler):
-    pass
+def test_each_fixed_path_reaches_its_own_handler():
+    app = tornado.web.Application(list(ROUTES), default_handler_class=NotFoundHandler)
+    for rule in ROUTES:
+        if _FIXED.fullmatch(rule[0]):
+            assert chosen(app, rule[0].replace("\\.", ".")) == (rule[1], []), rule[0]
+    assert chosen(app, "/nowhere")[0] is NotFoundHandler
 
 
-class Second(tornado.web.RequestHandler):
-    pass
+def test_the_hot_paths_come_first():
+    hot = [r"/_matrix/client/v3/capabilities", r"/_matrix/client/v3/account/whoami", r"/_matrix/client/versions"]
+    order = [rule[0] for rule in ROUTES]
+    assert max(order.index(path) for path in hot) < order.index("/_matrix/client/v3/login")
+    assert order.index("/_matrix/client/v3/profile/([^/]+)") < order.index("/_matrix/client/v3/login")
+    assert min(order.index(rule[0]) for rule in account_page.ROUTES) > order.index("/health")
 
 
-def test_a_fixed_path_an_earlier_pattern_takes_stays_with_that_pattern():
-    app = App([(r"/a/.*", First), (r"/a/b", Second), (r"/c\.d", Second), (r"/c.d", First), (r"/e", First, {"x": 1})])
-    assert "/a/b" not in app.fixed_paths
-    assert chosen(app, "/a/b")[0] is First
-    # An unescaped dot is a pattern, not a fixed path: /cXd matches it, not the table.
-    assert app.fixed_paths["/c.d"][0] is Second and chosen(app, "/cXd")[0] is First
-    assert app.fixed_paths["/e"] == (First, {"x": 1})
-    assert app.segment_route is None  # the first pattern left (/a/.*) is not one segment
-
-
-def test_a_segment_route_is_taken_only_when_nothing_before_it_is_a_pattern():
-    app = App([(r"/p/([^/]+)", First), (r"/p/fixed", Second)])
-    assert app.segment_route == ("/p/", First, None) and "/p/fixed" not in app.fixed_paths
-    assert chosen(app, "/p/fixed") == (First, [b"fixed"])  # the earlier pattern wins, as in Tornado
-    later = App([(r"/q/(\d+)", First), (r"/p/([^/]+)", Second)])
-    assert later.segment_route is None
+def test_the_profile_gets_its_segment_percent_decoded_as_tornado_gives_it():
+    app = tornado.web.Application(list(ROUTES), default_handler_class=NotFoundHandler)
+    assert chosen(app, "/_matrix/client/v3/profile/%40a%3Ab") == (profile.ProfileHandler, [b"@a:b"])
+    assert chosen(app, "/_matrix/client/v3/profile/%40a%3Ab/displayname") == (
+        profile.ProfileFieldHandler, [b"@a:b", b"displayname"]
+    )

@@ -1,5 +1,5 @@
-"""The server's log handler: access lines made without a LogRecord are the lines logging
-would make, and lines written on the event loop go out together, in order, nothing lost."""
+"""The server's log handler: lines logged on the event loop go out once per turn, exactly as
+a plain StreamHandler would write them, in order, nothing lost (at exit too)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import logging
 import re
 import subprocess
 import sys
+import textwrap
 import threading
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -20,16 +20,9 @@ from pathlib import Path
 import pytest
 
 from homeserver import logs, request_id
-from homeserver.logs import ACCESS_FORMAT, JsonFormatter, ServerLogHandler, access_log, text_formatter
+from homeserver.logs import JsonFormatter, LoopTurnHandler, RequestIdFilter, text_formatter
 from tests.backends.redis_servers import free_port, wait_until
 from tests.servers import ROOT, call, write_config
-
-ARGS = [
-    (200, "GET", "/_matrix/client/versions", "127.0.0.1", 0.4567),
-    (401, "GET", "/_matrix/client/v3/account/whoami?access_token=redacted", "::1", 12.0),
-    (404, "POST", "/nowhere/ünïcode \"quoted\"", "203.0.113.9", 1234.5),
-    (503, "GET", "/health/ready", "198.51.100.1", 0.0),
-]
 
 
 class CountingStream(io.StringIO):
@@ -43,14 +36,15 @@ class CountingStream(io.StringIO):
 
 
 @contextlib.contextmanager
-def installed():
-    """A ServerLogHandler installed as setup_logging installs it: root's only handler (pytest's
-    own capture set aside meanwhile), on a stream that counts its writes."""
+def installed(formatter: logging.Formatter | None = None):
+    """A LoopTurnHandler installed as setup_logging installs it: root's only handler (pytest's
+    own capture set aside meanwhile), writing to a stream that counts its writes."""
     root = logging.getLogger()
     saved = (list(root.handlers), root.level, logs._server_handler)
     stream = CountingStream()
-    handler = ServerLogHandler(text_formatter())
-    handler.setStream(stream)
+    target = logging.StreamHandler(stream)
+    target.setFormatter(formatter or text_formatter())
+    handler = LoopTurnHandler(target)
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)
     logs._server_handler = handler
@@ -60,82 +54,6 @@ def installed():
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
         logs._server_handler = saved[2]
-
-
-@pytest.mark.parametrize("formatter", [text_formatter(), JsonFormatter()], ids=["text", "json"])
-@pytest.mark.parametrize("args", ARGS)
-@pytest.mark.parametrize("level", [logging.INFO, logging.WARNING, logging.ERROR])
-def test_a_direct_access_line_is_what_the_formatter_makes_of_the_record(formatter, args, level):
-    handler = ServerLogHandler(formatter)
-    token = request_id.current.set("0123456789abcdef")
-    try:
-        record = access_log.makeRecord(access_log.name, level, "(access log)", 0, ACCESS_FORMAT, args, None)
-        assert handler.filter(record)
-        direct = formatter.format_access(record.created, record.msecs, level, request_id.current.get(), args)
-    finally:
-        request_id.current.reset(token)
-    assert direct == formatter.format(record)
-
-
-@pytest.mark.parametrize("now", [1_700_000_000.0, 1_700_000_000.999, 1_700_000_001.5, 1_764_000_000.0625])
-def test_record_time_is_what_a_log_record_holds(monkeypatch, now):
-    monkeypatch.setattr(time, "time", lambda: now)
-    monkeypatch.setattr(time, "time_ns", lambda: int(now * 1e9))
-    record = logging.makeLogRecord({})
-    assert logs.record_time() == (record.created, record.msecs)
-
-
-def test_access_lines_go_direct_only_while_this_handler_alone_would_get_them():
-    with installed() as (handler, _):
-        check_direct_only_alone(handler)
-
-
-def check_direct_only_alone(handler: ServerLogHandler) -> None:
-    assert handler.takes_access_lines(logging.INFO)
-    root = logging.getLogger()
-    other = logging.StreamHandler(io.StringIO())
-    for add, remove in [
-        (lambda: root.addHandler(other), lambda: root.removeHandler(other)),
-        (lambda: access_log.addHandler(other), lambda: access_log.removeHandler(other)),
-        (lambda: setattr(access_log, "propagate", False), lambda: setattr(access_log, "propagate", True)),
-        (lambda: access_log.addFilter(other), lambda: access_log.removeFilter(other)),
-        (lambda: handler.addFilter(lambda r: True), lambda: handler.filters.pop()),
-        (lambda: handler.setLevel(logging.WARNING), lambda: handler.setLevel(logging.NOTSET)),
-        (lambda: handler.setFormatter(logging.Formatter()), lambda: handler.setFormatter(text_formatter())),
-        (lambda: handler.setFormatter(logs.TextFormatter("%(message)s")), lambda: handler.setFormatter(text_formatter())),
-        (lambda: handler.setFormatter(logs.TextFormatter(logs.TEXT_FORMAT, "%H:%M")),
-         lambda: handler.setFormatter(text_formatter())),
-        (lambda: handler.filters.__setitem__(0, logging.Filter()),
-         lambda: handler.filters.__setitem__(0, logs.RequestIdFilter())),
-    ]:
-        add()
-        try:
-            assert not handler.takes_access_lines(logging.INFO)
-        finally:
-            remove()
-        assert handler.takes_access_lines(logging.INFO)
-
-
-def test_with_a_capture_beside_it_access_lines_are_records_again():
-    with installed() as (_, stream):
-        check_capture_beside(stream)
-
-
-def check_capture_beside(stream: CountingStream) -> None:
-    captured: list[logging.LogRecord] = []
-
-    class Capture(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            captured.append(record)
-
-    capture = Capture()
-    logging.getLogger().addHandler(capture)
-    try:
-        logs.log_request(FakeHandler(200))
-    finally:
-        logging.getLogger().removeHandler(capture)
-    assert [r.args[:3] for r in captured] == [(200, "GET", "/_matrix/client/versions")]
-    assert "200 GET /_matrix/client/versions 127.0.0.1" in stream.getvalue()
 
 
 class FakeRequest:
@@ -148,12 +66,57 @@ class FakeRequest:
 
 
 class FakeHandler:
-    def __init__(self, status: int) -> None:
+    def __init__(self, status: int, uri: str = "/_matrix/client/versions") -> None:
         self.status = status
         self.request = FakeRequest()
+        self.request.uri = uri
 
     def get_status(self) -> int:
         return self.status
+
+
+def log_a_mix(name: str) -> None:
+    """Access lines of every level, with and without a request ID, a line with an exception."""
+    token = request_id.current.set("0123456789abcdef")
+    try:
+        logs.log_request(FakeHandler(200))
+        logs.log_request(FakeHandler(401, "/_matrix/client/v3/account/whoami?access_token=secret"))
+        logging.getLogger("homeserver.test").warning("inside %s", name)
+    finally:
+        request_id.current.reset(token)
+    logs.log_request(FakeHandler(404, '/nowhere/ünïcode "quoted"'))
+    logs.log_request(FakeHandler(503, "/health/ready"))
+    try:
+        raise ValueError("bad\nthing")
+    except ValueError:
+        logging.getLogger("homeserver.test").exception("with a traceback")
+
+
+@pytest.mark.parametrize("formatter", [text_formatter, JsonFormatter], ids=["text", "json"])
+async def test_lines_are_what_a_plain_stream_handler_writes(formatter):
+    """Gathered and written later, every line is the text logging's own StreamHandler makes
+    of the record at once (the request ID as it was when the line was logged)."""
+    with installed(formatter()) as (handler, stream):
+        plain_stream = io.StringIO()
+        plain = logging.StreamHandler(plain_stream)
+        plain.setFormatter(formatter())
+        plain.addFilter(RequestIdFilter())
+        logging.getLogger().addHandler(plain)
+        try:
+            handler.gather_on(asyncio.get_running_loop())
+            log_a_mix("the loop")
+            thread = threading.Thread(target=log_a_mix, args=("a thread",))
+            thread.start()
+            thread.join()
+            log_a_mix("the loop again")
+            await asyncio.sleep(0)
+        finally:
+            handler.gather_on(None)
+            logging.getLogger().removeHandler(plain)
+    assert stream.getvalue() == plain_stream.getvalue()
+    assert stream.getvalue().count("0123456789abcdef") == 9
+    assert "access_token=redacted" in stream.getvalue() and "secret" not in stream.getvalue()
+    assert "ValueError" in stream.getvalue()
 
 
 async def test_lines_written_on_the_loop_go_out_once_per_turn_in_order():
@@ -161,7 +124,7 @@ async def test_lines_written_on_the_loop_go_out_once_per_turn_in_order():
         await check_gathering(handler, stream)
 
 
-async def check_gathering(handler: ServerLogHandler, stream: CountingStream) -> None:
+async def check_gathering(handler: LoopTurnHandler, stream: CountingStream) -> None:
     handler.gather_on(asyncio.get_running_loop())
     try:
         logs.log_request(FakeHandler(200))
@@ -183,6 +146,12 @@ async def check_gathering(handler: ServerLogHandler, stream: CountingStream) -> 
         assert stream.writes[1].splitlines()[0].endswith("201 GET /_matrix/client/versions 127.0.0.1 0.50ms")
         assert stream.writes[1].splitlines()[1].endswith("from a thread")
 
+        # An error goes out at once, with what waits before it.
+        logs.log_request(FakeHandler(204))
+        logging.getLogger("homeserver.test").error("an error")
+        assert stream.writes[2].splitlines()[-2:][0].endswith("204 GET /_matrix/client/versions 127.0.0.1 0.50ms")
+        assert stream.writes[2].splitlines()[-1].endswith("an error")
+
         # A flush (logging.shutdown() at exit calls it) and the end of gathering write what waits.
         logs.log_request(FakeHandler(202))
         handler.flush()
@@ -198,7 +167,42 @@ async def check_gathering(handler: ServerLogHandler, stream: CountingStream) -> 
 def test_without_a_loop_every_line_is_written_at_once():
     with installed() as (_, stream):
         logs.log_request(FakeHandler(200))
-    assert len(stream.writes) == 1 and "200 GET" in stream.writes[0]
+        logs.log_request(FakeHandler(201))
+    assert len(stream.writes) == 2 and "200 GET" in stream.writes[0] and "201 GET" in stream.writes[1]
+
+
+def test_a_full_buffer_is_written_without_waiting_for_the_turn():
+    with installed() as (handler, stream):
+        loop = asyncio.new_event_loop()
+        try:
+            handler.gather_on(loop)  # this thread's loop, not running: only capacity writes
+            for _ in range(handler.capacity):
+                logs.log_request(FakeHandler(200))
+            assert len(stream.writes) == 1 and stream.writes[0].count("\n") == handler.capacity
+        finally:
+            handler.gather_on(None)
+            loop.close()
+
+
+def test_what_waits_is_written_when_the_process_exits(tmp_path):
+    """Lines gathered on a loop that is never given another turn still reach standard error:
+    logging.shutdown() at exit flushes the handler."""
+    script = textwrap.dedent("""
+        import asyncio, logging
+        from homeserver import logs
+        logs.setup_logging("INFO", "text")
+
+        async def main():
+            logs.gather_writes(asyncio.get_running_loop())
+            for n in range(3):
+                logging.getLogger("homeserver.test").info("line %d", n)
+            raise SystemExit(0)  # before the turn ends
+
+        asyncio.run(main())
+    """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert [line.split("]: ", 1)[1] for line in done.stderr.splitlines()] == ["line 0", "line 1", "line 2"]
 
 
 ACCESS_TEXT = re.compile(

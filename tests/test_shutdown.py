@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -177,14 +178,24 @@ def test_slow_and_idle_connections_are_dropped(start):
     assert server.request("/health")[0] == 200
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def free_port_pair() -> int:
+    """A port P with P and P + 1 both free (worker 1's metrics listen on P + 1), picked below
+    the kernel's ephemeral range: a port there (what binding port 0 gives) has a neighbour
+    that any outgoing connection on the machine may hold as its local port."""
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        try:
+            for candidate in (port, port + 1):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", candidate))
+        except OSError:
+            continue
+        return port
+    raise AssertionError("no two free neighbouring ports")
 
 
 def test_metrics_on_their_own_port_per_worker(tmp_path, start):
-    port = free_port()
+    port = free_port_pair()
     config_extra = f"\n[metrics]\nenabled = true\nport = {port}\n"
     server = start(processes=2, _extra=config_extra)
     server.wait_log(f"metrics on 127.0.0.1:{port + 1}")

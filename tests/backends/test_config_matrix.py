@@ -19,6 +19,7 @@ import itertools
 import json
 import secrets
 import signal
+import time
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -99,14 +100,14 @@ def login_body(**identifier: str) -> dict[str, Any]:
 
 
 def every_worker(server: ServerProcess, processes: int, check: Any) -> None:
-    """Run `check` on fresh connections until every worker has answered one (their pids), at most 60 tries."""
+    """Run `check` on fresh connections until every worker has answered one (their pids), for
+    up to 30 s: a worker may still be starting (the server says it listens before it forks)."""
     pids: set[int] = set()
-    for _ in range(60):
+    deadline = time.monotonic() + 30
+    while len(pids) < processes:
+        assert time.monotonic() < deadline, f"only workers {pids} answered"
         check()
         pids.add(server.request("/health")[1]["pid"])
-        if len(pids) == processes:
-            break
-    assert len(pids) == processes, f"only workers {pids} answered"
     for _ in range(10):  # and a few more, whichever worker takes them
         check()
 

@@ -358,8 +358,19 @@ async def test_wrong_service_password_is_503(fetch):
     assert_json(await fetch("/_matrix/client/versions"))
 
 
-async def test_check_health(backend):
-    await backend.check_health()
+@pytest.mark.parametrize(
+    "change, reason",
+    [({"base": "ou=nowhere," + SUFFIX}, "cannot be read"), ({"bind_password": "wrong"}, "LDAP directory fault")],
+)
+async def test_check_health_reads_the_base_with_the_service_bind(make_config, config_overrides, backend, change, reason):
+    assert await backend.check_health() is None  # the live directory, as configured
+    config_overrides["backend.ldap"].update(change)
+    broken = create_backend(make_config(config_overrides))
+    try:
+        with pytest.raises(StoreUnavailable, match=reason):
+            await broken.check_health()
+    finally:
+        await broken.close()
 
 
 # -- configuration errors ----------------------------------------------------------------

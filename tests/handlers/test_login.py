@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import time
 
 import bcrypt
 import pytest
@@ -280,10 +281,14 @@ async def test_a_slow_login_does_not_stall_other_requests(fetch, hs):
         name="slow", ident="s", password=bcrypt.hashpw(b"pw", bcrypt.gensalt(14)).hex()
     )
     login_task = asyncio.ensure_future(fetch(LOGIN, "POST", json_body=body_for("slow", "pw")))
-    await asyncio.sleep(0.05)
+    # Until the login's password check is on the bcrypt pool: /versions is asked while it runs.
+    deadline = time.monotonic() + 30
+    while hs.checker.pending == 0:
+        assert not login_task.done() and time.monotonic() < deadline, "the login never reached its password check"
+        await asyncio.sleep(0.005)
     versions = await fetch("/_matrix/client/versions")
     assert versions.status == 200
-    assert not login_task.done(), "the login should still be checking its password"
+    assert hs.checker.pending == 1 and not login_task.done(), "the login should still be checking its password"
     assert_json(await login_task)
 
 

@@ -23,12 +23,13 @@ from homeserver.context import (
     create_session_store,
 )
 from homeserver.delegation import load_delegation_settings
-from homeserver.drain import InFlight
 from homeserver.errors import ConfigError
-from homeserver.listen import Listeners, bind_listeners
 from homeserver.logs import gather_writes
+from homeserver.process.drain import InFlight
+from homeserver.process.httpserver import Server
+from homeserver.process.listen import Listeners, bind_listeners
+from homeserver.process.workers import EXIT_CONFIG, run_workers, watch_parent
 from homeserver.tokens import load_secret
-from homeserver.workers import EXIT_CONFIG, run_workers, watch_parent
 
 logger = logging.getLogger(__name__)
 
@@ -142,11 +143,13 @@ async def serve(config: Config, listeners: Listeners, worker: int | None = None,
         hs.delegation.start()
     server_cfg = config.section("server")
     # Handlers that take a body stream it and answer 413 themselves; this bound only caps
-    # what any other handler buffers before it is thrown away.
+    # what any other handler buffers before it is thrown away (413 too, and a head past
+    # Tornado's 64 KiB is 431: homeserver.process.httpserver).
     limit = max(4 * server_cfg["max_body_size"], 1 << 20)
-    server = HTTPServer(
+    server = Server(
         make_app(hs),
         max_body_size=limit,
+        named_body_size=server_cfg["max_body_size"],
         max_buffer_size=limit,
         # Idle keep-alive connections, and clients sending headers slowly, are dropped;
         # so are bodies that trickle in: many slow connections cannot pin the server.

@@ -11,6 +11,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from typing import NoReturn
 
 logger = logging.getLogger(__name__)
 
@@ -68,99 +69,111 @@ def run_workers(count: int, target: Callable[[int], int]) -> int:
     drains its requests; SIGHUP is forwarded as is (reload the users file). A worker that
     dies on its own is restarted, within limits.
     """
-    children: dict[int, int] = {}
-    parent = os.getpid()
-    stopping = False
-    restarts: collections.deque[float] = collections.deque()
+    workers = Workers(target)
+    for sig in FORWARDED:
+        signal.signal(sig, workers.on_signal)
+    for index in range(count):
+        workers.spawn(index)
+    while workers.children:
+        try:
+            pid, status = os.wait()  # a signal handler runs, then the wait resumes (PEP 475)
+        except ChildProcessError:
+            break
+        workers.exited(pid, os.waitstatus_to_exitcode(status))
+    return workers.exit_code
 
-    def spawn(index: int) -> None:
+
+class Workers:
+    """The parent's side: the children by pid, the restarts lately, whether it is stopping."""
+
+    def __init__(self, target: Callable[[int], int]) -> None:
+        self.target = target
+        self.parent = os.getpid()
+        self.children: dict[int, int] = {}  # pid -> worker index
+        self.stopping = False
+        self.restarts: collections.deque[float] = collections.deque()
+        self.exit_code = 0
+
+    def spawn(self, index: int) -> None:
         # Block the forwarded signals across fork(), so a signal cannot reach the parent
         # between fork() and the bookkeeping below and miss the new child.
         signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
         try:
             pid = os.fork()
             if pid == 0:
-                code = 1
-                try:
-                    # Until the worker's event loop takes over the signals, SIGTERM just
-                    # ends it: nothing is in flight yet, so that is a clean stop.
-                    signal.signal(signal.SIGTERM, _exit_cleanly)
-                    signal.signal(signal.SIGINT, signal.default_int_handler)
-                    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the worker handles it
-                    die_with_parent(parent)
-                    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
-                    if os.getppid() != parent:  # it died before prctl() took effect
-                        raise SystemExit(0)
-                    code = target(index)
-                except KeyboardInterrupt:
-                    code = 0
-                except SystemExit as exc:
-                    code = exc.code if isinstance(exc.code, int) else 1
-                except BaseException:
-                    logger.exception("worker %d failed", index)
-                finally:
-                    logging.shutdown()
-                    os._exit(code)
-            children[pid] = index
+                run_child(index, self.target, self.parent)
+            self.children[pid] = index
             logger.info("started worker %d (pid %d)", index, pid)
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
 
-    def stop_all() -> None:
-        nonlocal stopping
-        stopping = True
-        for pid in list(children):
+    def signal_all(self, signum: int) -> None:
+        for pid in list(self.children):
             try:
-                os.kill(pid, signal.SIGTERM)
+                os.kill(pid, signum)
             except ProcessLookupError:
                 pass
 
-    def on_signal(signum: int, frame: object) -> None:
+    def stop_all(self) -> None:
+        self.stopping = True
+        self.signal_all(signal.SIGTERM)
+
+    def on_signal(self, signum: int, frame: object) -> None:
         if signum == signal.SIGHUP:
-            for pid in list(children):
-                try:
-                    os.kill(pid, signal.SIGHUP)
-                except ProcessLookupError:
-                    pass
+            self.signal_all(signal.SIGHUP)
             return
-        if not stopping:
-            logger.info("%s: stopping %d workers", signal.Signals(signum).name, len(children))
-        stop_all()
+        if not self.stopping:
+            logger.info("%s: stopping %d workers", signal.Signals(signum).name, len(self.children))
+        self.stop_all()
 
-    for sig in FORWARDED:
-        signal.signal(sig, on_signal)
-
-    exit_code = 0
-    for index in range(count):
-        spawn(index)
-    while children:
-        try:
-            pid, status = os.wait()  # a signal handler runs, then the wait resumes (PEP 475)
-        except ChildProcessError:
-            break
-        if pid not in children:
-            continue
-        index = children.pop(pid)
-        code = os.waitstatus_to_exitcode(status)
-        if stopping:
+    def exited(self, pid: int, code: int) -> None:
+        """A child ended with `code`: note it, stop everything, or start its index again."""
+        index = self.children.pop(pid, None)
+        if index is None:
+            return
+        if self.stopping:
             if code != 0:
                 logger.warning("worker %d (pid %d) exited with %d", index, pid, code)
-                exit_code = 1
-            continue
+                self.exit_code = 1
+            return
         if code == EXIT_CONFIG:
             logger.error("worker %d (pid %d) failed its configuration; stopping", index, pid)
-            exit_code = 1
-            stop_all()
-            continue
+            self.exit_code = 1
+            self.stop_all()
+            return
         now = time.monotonic()
-        while restarts and now - restarts[0] > RESTART_WINDOW:
-            restarts.popleft()
-        if len(restarts) >= MAX_RESTARTS:
-            logger.error("workers keep crashing (%d restarts in %.0f s); stopping", len(restarts), RESTART_WINDOW)
-            exit_code = 1
-            stop_all()
-            continue
-        restarts.append(now)
+        while self.restarts and now - self.restarts[0] > RESTART_WINDOW:
+            self.restarts.popleft()
+        if len(self.restarts) >= MAX_RESTARTS:
+            logger.error("workers keep crashing (%d restarts in %.0f s); stopping", len(self.restarts), RESTART_WINDOW)
+            self.exit_code = 1
+            self.stop_all()
+            return
+        self.restarts.append(now)
         logger.error("worker %d (pid %d) exited with %d; restarting it", index, pid, code)
-        spawn(index)
-    return exit_code
+        self.spawn(index)
+
+
+def run_child(index: int, target: Callable[[int], int], parent: int) -> NoReturn:
+    """In a freshly forked worker: run `target(index)`, then leave the process with its code."""
+    code = 1
+    try:
+        # Until the worker's event loop takes over the signals, SIGTERM just ends it:
+        # nothing is in flight yet, so that is a clean stop.
+        signal.signal(signal.SIGTERM, _exit_cleanly)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the worker handles it
+        die_with_parent(parent)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+        if os.getppid() != parent:  # it died before prctl() took effect
+            raise SystemExit(0)
+        code = target(index)
+    except KeyboardInterrupt:
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        logger.exception("worker %d failed", index)
+    finally:
+        logging.shutdown()
+        os._exit(code)

@@ -1,0 +1,89 @@
+"""The parent's bookkeeping of its workers (homeserver.process.workers.Workers), without forking:
+which exits restart a worker, which stop the server, and the exit code each leaves."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from homeserver.process import workers
+from homeserver.process.workers import EXIT_CONFIG, MAX_RESTARTS, Workers
+
+
+class Recorded(Workers):
+    """Workers whose spawns and signals are recorded instead of made."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(lambda index: 0)
+        self.spawned: list[int] = []
+        self.signalled: list[int] = []
+        self.children = {1000 + i: i for i in range(count)}
+
+    def spawn(self, index: int) -> None:
+        self.spawned.append(index)
+        self.children[2000 + len(self.spawned)] = index
+
+    def signal_all(self, signum: int) -> None:
+        self.signalled.append(signum)
+
+
+def test_a_crashed_worker_is_restarted_with_its_index():
+    w = Recorded(2)
+    w.exited(1001, -9)
+    assert w.spawned == [1] and not w.stopping and w.exit_code == 0
+    assert sorted(w.children.values()) == [0, 1]
+
+
+def test_a_configuration_failure_stops_everything_with_exit_1():
+    w = Recorded(2)
+    w.exited(1000, EXIT_CONFIG)
+    assert w.spawned == [] and w.stopping and w.signalled == [signal.SIGTERM] and w.exit_code == 1
+
+
+def test_too_many_crashes_in_the_window_stop_the_server(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(workers.time, "monotonic", lambda: now[0])
+    w = Recorded(1)
+    pid = 1000
+    for _ in range(MAX_RESTARTS):
+        w.exited(pid, 1)
+        pid = max(w.children)
+        now[0] += 1.0
+    assert len(w.spawned) == MAX_RESTARTS and not w.stopping
+    w.exited(pid, 1)
+    assert len(w.spawned) == MAX_RESTARTS and w.stopping and w.exit_code == 1
+
+
+def test_crashes_spread_past_the_window_keep_restarting(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(workers.time, "monotonic", lambda: now[0])
+    w = Recorded(1)
+    pid = 1000
+    for _ in range(3 * MAX_RESTARTS):
+        w.exited(pid, 1)
+        pid = max(w.children)
+        now[0] += workers.RESTART_WINDOW / MAX_RESTARTS + 1
+    assert len(w.spawned) == 3 * MAX_RESTARTS and not w.stopping
+
+
+@pytest.mark.parametrize("code, exit_code", [(0, 0), (1, 1), (-15, 1)])
+def test_while_stopping_exits_are_counted_not_restarted(code, exit_code):
+    w = Recorded(2)
+    w.on_signal(signal.SIGTERM, None)
+    assert w.stopping and w.signalled == [signal.SIGTERM]
+    w.exited(1000, 0)
+    w.exited(1001, code)
+    assert w.spawned == [] and w.children == {} and w.exit_code == exit_code
+
+
+def test_sighup_is_forwarded_and_stops_nothing():
+    w = Recorded(2)
+    w.on_signal(signal.SIGHUP, None)
+    assert w.signalled == [signal.SIGHUP] and not w.stopping
+
+
+def test_an_unknown_child_is_ignored():
+    w = Recorded(1)
+    w.exited(4242, 1)
+    assert w.spawned == [] and w.children == {1000: 0}
