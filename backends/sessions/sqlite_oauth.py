@@ -215,15 +215,18 @@ class SqliteOAuthStore(SqliteDeviceCodes, OAuthStore):
 
     def _rotate(self, conn: sqlite3.Connection, expected_refresh_hash: str, grant: Grant, idle: float) -> bool:
         row = conn.execute("SELECT record FROM oauth_grants WHERE grant_id = ?", (grant.grant_id,)).fetchone()
-        if row is None or Grant.decode(row[0]).refresh_hash != expected_refresh_hash:
+        old = Grant.decode(row[0]) if row is not None else None
+        if old is None or old.refresh_hash != expected_refresh_hash:
             return False
         self._insert_grant(conn, grant, idle)
-        # Refresh tokens older than the previous one are only remembered a while, to see a replay.
-        conn.execute(
-            "UPDATE oauth_refresh SET expires_ts = MIN(expires_ts, ?) "
-            "WHERE grant_id = ? AND refresh_hash NOT IN (?, ?)",
-            (_ms(RETIRED_REFRESH_TTL), grant.grant_id, grant.refresh_hash, grant.previous_hash),
-        )
+        # Refresh tokens older than the previous one are only remembered a while, to see a replay:
+        # the one (or two) this rotation retires, by key (the grant's earlier ones were capped
+        # when they were retired; all of them here would make each refresh cost as many rows).
+        for retired in {old.previous_hash, old.refresh_hash} - {grant.refresh_hash, grant.previous_hash, ""}:
+            conn.execute(
+                "UPDATE oauth_refresh SET expires_ts = MIN(expires_ts, ?) WHERE refresh_hash = ? AND grant_id = ?",
+                (_ms(RETIRED_REFRESH_TTL), retired, grant.grant_id),
+            )
         return True
 
     async def rotate_grant(self, expected_refresh_hash: str, grant: Grant, idle: float) -> bool:
