@@ -165,6 +165,28 @@ async def test_a_refresh_leaves_the_sqlite_change_counter_alone(oauth_store, ses
     assert counter.value() > before
 
 
+async def test_a_rotation_caps_only_the_tokens_it_retires(oauth_store, session_store):
+    # On SQLite each rotation shortened every earlier refresh token of the grant (a row per
+    # refresh before it); the ones it retires are all that change.
+    from backends.sessions.oauth import RETIRED_REFRESH_TTL
+
+    if session_store.name != "sqlite":
+        pytest.skip("the rows are the SQLite store's")
+    await oauth_store.add_grant(grant("r1"), 864000)
+    for n in range(2, 6):
+        assert await oauth_store.rotate_grant(f"r{n - 1}", grant(f"r{n}", f"r{n - 1}"), 864000)
+    rows = dict(await session_store.db.write(
+        lambda: session_store.db.conn().execute("SELECT refresh_hash, expires_ts FROM oauth_refresh").fetchall()
+    ))
+    capped = (time.time() + RETIRED_REFRESH_TTL) * 1000 + 5000
+    assert all(rows[f"r{n}"] <= capped for n in (1, 2, 3))  # retired: remembered a day, to see a replay
+    assert all(rows[f"r{n}"] > capped for n in (4, 5))  # the previous and the current
+    # A lost answer retried with the previous token (r4): the current one (r5) is what retires.
+    assert await oauth_store.rotate_grant("r5", grant("r6", "r4"), 864000)
+    assert (await oauth_store.grant_by_refresh("r5")).refresh_hash == "r6"
+    assert (await oauth_store.grant_by_refresh("r4")).refresh_hash == "r6"
+
+
 async def test_a_take_is_given_back_only_while_no_other_came(oauth_store):
     # The tokens of a code could not be made for a while (503): the code stands for a retry,
     # unless another use took it meanwhile (then it stays spent).
