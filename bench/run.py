@@ -97,7 +97,8 @@ def ensure_venv() -> None:
             [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r", str(ROOT / "requirements.txt")],
             check=True,
         )
-    os.execv(str(python), [str(python), str(Path(__file__).resolve()), *sys.argv[1:]])
+    # The script that was run (oauth.py, ... import this), not run.py itself.
+    os.execv(str(python), [str(python), str(Path(sys.argv[0]).resolve()), *sys.argv[1:]])
 
 
 def start_floor(procs: Processes, tmp: Path, uvloop: bool = False) -> tuple[subprocess.Popen[bytes], str]:

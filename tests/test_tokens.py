@@ -23,6 +23,26 @@ def test_round_trip_and_claims():
     assert ALGORITHMS == ["HS256"]
 
 
+def test_tokens_are_what_python_jose_signs(monkeypatch):
+    # Issued without python-jose's key construction: the same bytes as its jwt.encode, and
+    # it reads them back (a secret with non-ASCII text too).
+    import secrets
+    import time
+
+    from jose import jwt
+
+    issuer = TokenIssuer("a-sécret-of-the-server-0123456789", lifetime=300)
+    monkeypatch.setattr(secrets, "token_urlsafe", lambda n: "fixed-nonce-1234")
+    token = issuer.issue("@élan:example.org", "DEVICE1")
+    exp = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))["exp"]
+    assert abs(exp - (time.time() + 300)) < 5
+    claims = {"sub": "@élan:example.org", "device_id": "DEVICE1", "exp": exp}
+    assert token == jwt.encode(claims, issuer.secret, algorithm="HS256", headers={"nonce": "fixed-nonce-1234"})
+    decoded = jwt.decode(token, issuer.secret, algorithms=ALGORITHMS)
+    assert (decoded["sub"], decoded["device_id"]) == ("@élan:example.org", "DEVICE1")
+    assert TokenIssuer(issuer.secret).verify(token).name == "@élan:example.org"
+
+
 def test_expired_token_is_refused():
     issuer = TokenIssuer(SECRET, lifetime=-10)
     with pytest.raises(TokenError):

@@ -14,9 +14,13 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from backends.sessions.base import Session
+
 # Seconds a refresh token that was rotated away is still recognised (so its replay ends the
 # session) after it stopped being the current or the previous one.
 RETIRED_REFRESH_TTL = 86400.0
+# What OAuthStore.refresh_grant did.
+REFRESHED, RACED, ENDED = "refreshed", "raced", "ended"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +90,21 @@ class OAuthStore(abc.ABC):
     async def rotate_grant(self, expected_refresh_hash: str, grant: Grant, idle: float) -> bool:
         """Replace the grant's tokens with `grant`'s if its current refresh digest is still
         `expected_refresh_hash` (compare and set); False when another rotation came first."""
+
+    @abc.abstractmethod
+    async def refresh_grant(
+        self, expected_refresh_hash: str, grant: Grant, idle: float, access: Session, *,
+        grant_session: str, end_access: str = "", client_idle: float | None = None,
+    ) -> str:
+        """One refresh, as one write where the store can: `rotate_grant`'s compare and set, the
+        new access token's session `access` opened (its device is the grant's), the session of
+        the digest `end_access` ended (the unused access token of a lost answer; "" for none),
+        the client kept `client_idle` seconds more (None: not this time); all of it only while
+        the grant's own session (the digest `grant_session`) is open, so an end (logout,
+        revocation, a reset) either comes first and is seen, or comes after and ends the new
+        access token with the device. REFRESHED; RACED when the current refresh digest is not
+        `expected_refresh_hash` any more (nothing changed); ENDED when the grant's session has
+        ended (the grant is forgotten, nothing opened)."""
 
     @abc.abstractmethod
     async def device_grant(self, user: str, device_id: str) -> Grant | None:

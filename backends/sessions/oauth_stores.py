@@ -15,9 +15,9 @@ def create_oauth_store(sessions: SessionStore) -> OAuthStore:
     # The one place that knows the session stores' plumbing: the writer thread and its
     # connection of the SQLite file, the connection and key layout of the Redis.
     if isinstance(sessions, SqliteSessionStore):
-        return SqliteOAuthStore(sessions.db.write, sessions.db.conn)
+        return SqliteOAuthStore(sessions)
     if isinstance(sessions, RedisSessionStore):
         from backends.sessions.redis_oauth import RedisOAuthStore
 
-        return RedisOAuthStore(sessions.connection, sessions.prefix, sessions.session_key)
+        return RedisOAuthStore(sessions)
     raise ValueError(f"no OAuth store for the session store {sessions.name!r}")

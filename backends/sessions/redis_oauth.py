@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
 from typing import Any
 
-from backends.redis_connect import RedisConnection, text
-from backends.sessions.oauth import RETIRED_REFRESH_TTL, Grant, OAuthStore
+from backends.redis_connect import text
+from backends.sessions.base import Session
+from backends.sessions.oauth import ENDED, RACED, REFRESHED, RETIRED_REFRESH_TTL, Grant, OAuthStore
+from backends.sessions.redis import RedisSessionStore
 from backends.sessions.redis_oauth_device import RedisDeviceCodes
 
 ADD_CODE = """
@@ -53,13 +54,14 @@ def _ms(seconds: float) -> int:
 
 
 class RedisOAuthStore(RedisDeviceCodes, OAuthStore):
-    """On the session store's connection and key prefix; `session_key(user, token digest)` names
-    a session's hash (for `access_used`)."""
+    """On the session store's connection and key prefix (its `session_key(user, token digest)`
+    names a session's hash, for `access_used`)."""
 
-    def __init__(self, connection: RedisConnection, prefix: str, session_key: Callable[[str, str], str]) -> None:
-        self.connection = connection
-        self.prefix = prefix + "oauth:"
-        self.session_key = session_key
+    def __init__(self, sessions: RedisSessionStore) -> None:
+        self.sessions = sessions
+        self.connection = sessions.connection
+        self.prefix = sessions.prefix + "oauth:"
+        self.session_key = sessions.session_key
 
     def _device_key(self, user: str, device_id: str) -> str:
         digest = hashlib.sha256(json.dumps([user, device_id]).encode("utf-8", "surrogatepass")).hexdigest()
@@ -138,6 +140,27 @@ class RedisOAuthStore(RedisDeviceCodes, OAuthStore):
                 await client.pexpire(f"{self.prefix}refresh:{retired}", _ms(RETIRED_REFRESH_TTL))
             await client.pexpire(self._device_key(grant.user, grant.device_id), px)
         return True
+
+    async def refresh_grant(
+        self, expected_refresh_hash: str, grant: Grant, idle: float, access: Session, *,
+        grant_session: str, end_access: str = "", client_idle: float | None = None,
+    ) -> str:
+        # Several steps here (the grant's keys carry no user hash tag, so no one script on a
+        # Cluster): the grant's session is read again once the new access session exists.
+        sessions = self.sessions
+        if not await self.rotate_grant(expected_refresh_hash, grant, idle):
+            return RACED
+        await sessions.open(access, None)
+        if end_access:
+            await sessions.end(grant.user, end_access)
+        still = await sessions.get(grant.user, grant_session)
+        if still is None or still.ended_ts is not None:
+            await sessions.end(grant.user, access.token_hash)
+            await self.delete_grant(grant)
+            return ENDED
+        if client_idle is not None:
+            await self.touch_client(grant.client_id, client_idle)
+        return REFRESHED
 
     async def device_grant(self, user: str, device_id: str) -> Grant | None:
         with self.connection.errors():

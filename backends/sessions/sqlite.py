@@ -70,21 +70,28 @@ class SqliteSessionStore(SqliteDelegationState, SqliteRateBuckets, SessionStore)
 
     # -- sessions -------------------------------------------------------------------
 
-    async def open(self, session: Session, display_name: str | None) -> None:
-        def work(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
-                (session.token_hash, session.user, session.device_id, session.created_ts,
-                 session.last_seen_ip, session.last_seen_ts, session.expires_ts,
-                 session.identity_fp, session.password_fp),
-            )
-            conn.execute(
-                "INSERT OR IGNORE INTO devices (user, device_id, display_name) VALUES (?, ?, ?)",
-                (session.user, session.device_id, display_name or ""),
-            )
+    @staticmethod
+    def insert(conn: sqlite3.Connection, session: Session, display_name: str | None) -> None:
+        """Record a new session (and its device when new) inside a write transaction: `open`'s
+        work, also one step of the OAuth store's refresh (sqlite_oauth)."""
+        conn.execute(
+            f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
+            (session.token_hash, session.user, session.device_id, session.created_ts,
+             session.last_seen_ip, session.last_seen_ts, session.expires_ts,
+             session.identity_fp, session.password_fp),
+        )
+        conn.execute(
+            "INSERT OR IGNORE INTO devices (user, device_id, display_name) VALUES (?, ?, ?)",
+            (session.user, session.device_id, display_name or ""),
+        )
 
+    async def open(self, session: Session, display_name: str | None) -> None:
         # A new session changes nothing a process keeps (absences are not kept, see `get`).
-        await self.db.write(self.db.transaction(work))
+        await self.db.write(self.db.transaction(lambda conn: self.insert(conn, session, display_name)))
+        await self.purge_now_and_then()
+
+    async def purge_now_and_then(self) -> None:
+        """After sessions were opened: the purge, at most every PURGE_EVERY s per process."""
         if time.monotonic() - self._last_purge >= PURGE_EVERY:
             self._last_purge = time.monotonic()
             await self.db.write(self.db.transaction(self._purge, ends=True))

@@ -2,6 +2,8 @@
 
 Its tables are created on first use (IF NOT EXISTS), apart from the session schema's
 migrations: the session store reads none of them. Expired rows are purged now and then.
+A refresh is one write transaction (`refresh_grant`: the grant rotated, the new access
+token's session opened), its reads on the loop's read connection.
 """
 
 from __future__ import annotations
@@ -9,10 +11,12 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, TypeVar
 
-from backends.sessions.oauth import RETIRED_REFRESH_TTL, Grant, OAuthStore
+from backends.sessions.base import Session
+from backends.sessions.oauth import ENDED, RACED, REFRESHED, RETIRED_REFRESH_TTL, Grant, OAuthStore
+from backends.sessions.sqlite import SqliteSessionStore
 from backends.sessions.sqlite_oauth_device import SqliteDeviceCodes
 
 T = TypeVar("T")
@@ -54,14 +58,14 @@ def _ms(seconds: float = 0.0) -> int:
 
 
 class SqliteOAuthStore(SqliteDeviceCodes, OAuthStore):
-    """On the session file's plumbing: `write` runs a function on its writer thread (its
-    errors and timeout made StoreUnavailable), `conn` is that thread's connection."""
+    """On the session store's file (`sessions.db`, sqlite_file.SqliteFile): writes on its writer
+    thread, the refresh path's reads on the loop's read connection."""
 
-    def __init__(
-        self, write: Callable[[Callable[[], Any]], Awaitable[Any]], conn: Callable[[], sqlite3.Connection]
-    ) -> None:
-        self._write = write
-        self._conn = conn
+    def __init__(self, sessions: SqliteSessionStore) -> None:
+        self._sessions = sessions
+        self._db = sessions.db
+        self._write = sessions.db.write
+        self._conn = sessions.db.conn
         self._ready = False
         self._last_purge = 0.0
 
@@ -77,6 +81,12 @@ class SqliteOAuthStore(SqliteDeviceCodes, OAuthStore):
         """`work` reading on the writer thread's connection (autocommit: no write lock taken)."""
         result: T = await self._write(lambda: work(self._schema()))
         return result
+
+    async def _read_here(self, sql: str, args: tuple[Any, ...]) -> Any:
+        """One row read on the loop's read connection (a reader never waits for the writer)."""
+        if not self._ready:  # the tables exist once this process's writer made sure of them
+            await self._write(self._schema)
+        return self._db.read(sql, args)
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """`work` in one write transaction on the session store's writer thread."""
@@ -195,31 +205,72 @@ class SqliteOAuthStore(SqliteDeviceCodes, OAuthStore):
         await self._run(work)
 
     async def grant_by_refresh(self, refresh_hash: str) -> Grant | None:
-        def work(conn: sqlite3.Connection) -> Grant | None:
-            row = conn.execute(
-                "SELECT g.record FROM oauth_refresh r JOIN oauth_grants g ON g.grant_id = r.grant_id "
-                "WHERE r.refresh_hash = ? AND r.expires_ts >= ? AND g.expires_ts >= ?",
-                (refresh_hash, _ms(), _ms()),
-            ).fetchone()
-            return Grant.decode(row[0]) if row else None
+        now = _ms()
+        row = await self._read_here(
+            "SELECT g.record FROM oauth_refresh r JOIN oauth_grants g ON g.grant_id = r.grant_id "
+            "WHERE r.refresh_hash = ? AND r.expires_ts >= ? AND g.expires_ts >= ?",
+            (refresh_hash, now, now),
+        )
+        return Grant.decode(row[0]) if row else None
 
-        return await self._read(work)
+    def _rotate(self, conn: sqlite3.Connection, expected_refresh_hash: str, grant: Grant, idle: float) -> bool:
+        row = conn.execute("SELECT record FROM oauth_grants WHERE grant_id = ?", (grant.grant_id,)).fetchone()
+        old = Grant.decode(row[0]) if row is not None else None
+        if old is None or old.refresh_hash != expected_refresh_hash:
+            return False
+        self._insert_grant(conn, grant, idle)
+        # Refresh tokens older than the previous one are only remembered a while, to see a replay:
+        # the one (or two) this rotation retires, by key (the grant's earlier ones were capped
+        # when they were retired; all of them here would make each refresh cost as many rows).
+        for retired in {old.previous_hash, old.refresh_hash} - {grant.refresh_hash, grant.previous_hash, ""}:
+            conn.execute(
+                "UPDATE oauth_refresh SET expires_ts = MIN(expires_ts, ?) WHERE refresh_hash = ? AND grant_id = ?",
+                (_ms(RETIRED_REFRESH_TTL), retired, grant.grant_id),
+            )
+        return True
 
     async def rotate_grant(self, expected_refresh_hash: str, grant: Grant, idle: float) -> bool:
-        def work(conn: sqlite3.Connection) -> bool:
-            row = conn.execute("SELECT record FROM oauth_grants WHERE grant_id = ?", (grant.grant_id,)).fetchone()
-            if row is None or Grant.decode(row[0]).refresh_hash != expected_refresh_hash:
-                return False
-            self._insert_grant(conn, grant, idle)
-            # Refresh tokens older than the previous one are only remembered a while, to see a replay.
-            conn.execute(
-                "UPDATE oauth_refresh SET expires_ts = MIN(expires_ts, ?) "
-                "WHERE grant_id = ? AND refresh_hash NOT IN (?, ?)",
-                (_ms(RETIRED_REFRESH_TTL), grant.grant_id, grant.refresh_hash, grant.previous_hash),
-            )
-            return True
+        return await self._run(lambda conn: self._rotate(conn, expected_refresh_hash, grant, idle))
 
-        return await self._run(work)
+    async def refresh_grant(
+        self, expected_refresh_hash: str, grant: Grant, idle: float, access: Session, *,
+        grant_session: str, end_access: str = "", client_idle: float | None = None,
+    ) -> str:
+        def work(conn: sqlite3.Connection) -> str:
+            self._schema()
+            # The grant's session is read in the transaction: an end by any process is either
+            # committed before it (seen here) or after it (and ends the new session with the device).
+            open_ = conn.execute(
+                "SELECT 1 FROM sessions WHERE token_hash = ? AND user = ? AND ended_ts IS NULL "
+                "AND (expires_ts IS NULL OR expires_ts > ?)",
+                (grant_session, grant.user, _ms()),
+            ).fetchone()
+            if not self._rotate(conn, expected_refresh_hash, grant, idle):
+                return RACED
+            if open_ is None:
+                self._delete(conn, grant.grant_id)
+                return ENDED
+            SqliteSessionStore.insert(conn, access, None)
+            if end_access:
+                conn.execute(
+                    "UPDATE sessions SET ended_ts = ? WHERE token_hash = ? AND user = ? AND ended_ts IS NULL",
+                    (_ms(), end_access, grant.user),
+                )
+            if client_idle is not None:
+                conn.execute(
+                    "UPDATE oauth_clients SET expires_ts = MAX(expires_ts, ?) WHERE client_id = ?",
+                    (_ms(client_idle), grant.client_id),
+                )
+            self._maybe_purge(conn)
+            return REFRESHED
+
+        # One transaction. Only the end of an access token's session (which a process may keep:
+        # a lost answer's token, seen unused but perhaps in use) moves the change counter: the
+        # usual refresh leaves every process's kept sessions standing (sqlite_changes).
+        outcome: str = await self._write(self._db.transaction(work, ends=bool(end_access)))
+        if outcome == REFRESHED:
+            await self._sessions.purge_now_and_then()
+        return outcome
 
     async def device_grant(self, user: str, device_id: str) -> Grant | None:
         def work(conn: sqlite3.Connection) -> Grant | None:
@@ -240,13 +291,9 @@ class SqliteOAuthStore(SqliteDeviceCodes, OAuthStore):
         await self._run(lambda conn: self._delete(conn, grant.grant_id))
 
     async def access_used(self, user: str, token_hash: str) -> bool | None:
-        def work() -> bool | None:
-            row = self._conn().execute(
-                "SELECT created_ts, last_seen_ts, ended_ts FROM sessions WHERE token_hash = ? AND user = ? "
-                "AND (expires_ts IS NULL OR expires_ts > ?)",
-                (token_hash, user, _ms()),
-            ).fetchone()
-            return None if row is None else row[2] is not None or row[1] > row[0]
-
-        result: bool | None = await self._write(work)
-        return result
+        row = await self._read_here(
+            "SELECT created_ts, last_seen_ts, ended_ts FROM sessions WHERE token_hash = ? AND user = ? "
+            "AND (expires_ts IS NULL OR expires_ts > ?)",
+            (token_hash, user, _ms()),
+        )
+        return None if row is None else row[2] is not None or row[1] > row[0]

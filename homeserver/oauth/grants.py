@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from backends.base import StoreUnavailable, User
-from backends.sessions.oauth import Grant
+from backends.sessions.oauth import ENDED, RACED, Grant
 from homeserver import audit
 from homeserver.errors import MatrixError
 from homeserver.oauth.device import DeviceFlow
@@ -214,12 +214,14 @@ class TokenEndpoint:
         if client_id and not same_text(client_id, grant.client_id):
             raise invalid_grant("the refresh token was issued to another client")
         user = await self._still_good(grant)
+        end_access = ""
         if digest == grant.previous_hash:
             if await self._access_used(grant):
                 await self._end(grant, REVOKED, "the previous refresh token was used again after the new one")
                 raise invalid_grant("the refresh token was used already")
-            # The answer to the last refresh was lost: the same tokens again, rotated once more.
-            await oauth.sessions.end(grant.user, grant.access_hash)
+            # The answer to the last refresh was lost: the same tokens again, rotated once more
+            # (the lost answer's access token ends with the rotation).
+            end_access = grant.access_hash
         elif digest != grant.refresh_hash:
             await self._end(grant, REVOKED, "an old refresh token was used again")
             raise invalid_grant("the refresh token was used already")
@@ -231,19 +233,19 @@ class TokenEndpoint:
             previous_hash=grant.previous_hash if digest == grant.previous_hash else digest,
             access_hash=token_digest(access), rotated_ts=now_ms(), created_ts=grant.created_ts,
         )
-        if not await oauth.store.rotate_grant(grant.refresh_hash, rotated, GRANT_IDLE):
+        # One store write: the rotation, the new access token's session, and (a lost answer) the
+        # end of the unused one, only while the grant's session is open: an end (a logout, a
+        # revocation, `sessions revoke`) racing this refresh is seen, or ends the new token too.
+        # The client is kept longer by the first refresh of each day (less to write on the others).
+        outcome = await oauth.store.refresh_grant(
+            grant.refresh_hash, rotated, GRANT_IDLE, oauth.access_session(access, user, grant.device_id, client_ip),
+            grant_session=grant_session_digest(grant.grant_id), end_access=end_access,
+            client_idle=GRANT_IDLE if rotated.rotated_ts // DAY_MS != grant.rotated_ts // DAY_MS else None,
+        )
+        if outcome == RACED:
             raise invalid_grant("the refresh token was used at the same time by another request")
-        await oauth.sessions.open(oauth.access_session(access, user, grant.device_id, client_ip), None)
-        # The session may have ended (a logout, a revocation, `sessions revoke`) since it was read:
-        # read again after the new access token's session exists, so it cannot outlive the end.
-        still = await oauth.sessions.get(grant.user, grant_session_digest(grant.grant_id))
-        if still is None or still.ended_ts is not None:
-            await oauth.sessions.end(grant.user, token_digest(access))
-            await oauth.forget(rotated)
+        if outcome == ENDED:
             raise invalid_grant("the session has ended")
-        if rotated.rotated_ts // DAY_MS != grant.rotated_ts // DAY_MS:
-            # Kept while it has a session: extended by the first refresh of each day (one write less on the others).
-            await oauth.store.touch_client(grant.client_id, GRANT_IDLE)
         return self._answer(access, refresh, grant.scope)
 
     async def _still_good(self, grant: Grant) -> User:

@@ -113,6 +113,80 @@ async def test_access_used_reads_the_session_record_afresh(oauth_store, session_
     assert await oauth_store.access_used("alice", "old") is None
 
 
+def _session(digest: str, device: str = "D1", expires: int | None = 60_000) -> Session:
+    now = int(time.time() * 1000)
+    return Session(digest, "alice", device, now, "10.0.0.1", now, expires_ts=now + expires if expires else None)
+
+
+async def test_a_refresh_is_one_step_while_the_grants_session_is_open(oauth_store, session_store):
+    from backends.sessions.oauth import ENDED, RACED, REFRESHED
+
+    await session_store.open(_session("gs", expires=None), "App")  # the grant's own session
+    await session_store.open(_session("a-r1"), None)
+    await oauth_store.add_grant(grant("r1"), 60)
+    done = await oauth_store.refresh_grant("r1", grant("r2", "r1"), 60, _session("a-r2"), grant_session="gs")
+    assert done == REFRESHED
+    assert (await oauth_store.grant_by_refresh("r2")).access_hash == "a-r2"
+    assert (await session_store.get("alice", "a-r2")).ended_ts is None  # the new access token's session
+    assert (await session_store.get("alice", "a-r1")).ended_ts is None  # the older one lives to its expiry
+    # Another rotation came first: nothing changes, nothing is opened.
+    assert await oauth_store.refresh_grant("r1", grant("r2b", "r1"), 60, _session("a-r2b"), grant_session="gs") == RACED
+    assert await session_store.get("alice", "a-r2b") is None
+    # A lost answer retried: the unused access token of the lost answer ends with the rotation.
+    retry = grant("r3", "r1", access_hash="a-r3")
+    assert await oauth_store.refresh_grant("r2", retry, 60, _session("a-r3"), grant_session="gs", end_access="a-r2",
+                                           client_idle=60) == REFRESHED
+    assert (await session_store.get("alice", "a-r2")).ended_ts is not None
+    assert (await session_store.get("alice", "a-r3")).ended_ts is None
+    # The grant's session ended (a logout, a revocation) before the refresh's write: no new
+    # session, and the grant is forgotten.
+    await session_store.end("alice", "gs")
+    assert await oauth_store.refresh_grant("r3", grant("r4", "r3"), 60, _session("a-r4"), grant_session="gs") == ENDED
+    session = await session_store.get("alice", "a-r4")
+    assert session is None or session.ended_ts is not None
+    assert await oauth_store.grant_by_refresh("r3") is None
+    assert await oauth_store.device_grant("alice", "D1") is None
+
+
+async def test_a_refresh_leaves_the_sqlite_change_counter_alone(oauth_store, session_store):
+    # Every process rereads its kept sessions when the counter moves: a refresh ends nothing
+    # a process may keep, but the lost answer's retry ends an access token (maybe in use).
+    if session_store.name != "sqlite":
+        pytest.skip("the change counter is the SQLite store's")
+    counter = session_store.db.counter()
+    await session_store.open(_session("gs", expires=None), "App")
+    await oauth_store.add_grant(grant("r1"), 60)
+    before = counter.value()
+    await oauth_store.refresh_grant("r1", grant("r2", "r1"), 60, _session("a-r2"), grant_session="gs",
+                                    client_idle=60)
+    assert counter.value() == before
+    await oauth_store.refresh_grant("r2", grant("r3", "r1"), 60, _session("a-r3"), grant_session="gs",
+                                    end_access="a-r2")
+    assert counter.value() > before
+
+
+async def test_a_rotation_caps_only_the_tokens_it_retires(oauth_store, session_store):
+    # On SQLite each rotation shortened every earlier refresh token of the grant (a row per
+    # refresh before it); the ones it retires are all that change.
+    from backends.sessions.oauth import RETIRED_REFRESH_TTL
+
+    if session_store.name != "sqlite":
+        pytest.skip("the rows are the SQLite store's")
+    await oauth_store.add_grant(grant("r1"), 864000)
+    for n in range(2, 6):
+        assert await oauth_store.rotate_grant(f"r{n - 1}", grant(f"r{n}", f"r{n - 1}"), 864000)
+    rows = dict(await session_store.db.write(
+        lambda: session_store.db.conn().execute("SELECT refresh_hash, expires_ts FROM oauth_refresh").fetchall()
+    ))
+    capped = (time.time() + RETIRED_REFRESH_TTL) * 1000 + 5000
+    assert all(rows[f"r{n}"] <= capped for n in (1, 2, 3))  # retired: remembered a day, to see a replay
+    assert all(rows[f"r{n}"] > capped for n in (4, 5))  # the previous and the current
+    # A lost answer retried with the previous token (r4): the current one (r5) is what retires.
+    assert await oauth_store.rotate_grant("r5", grant("r6", "r4"), 864000)
+    assert (await oauth_store.grant_by_refresh("r5")).refresh_hash == "r6"
+    assert (await oauth_store.grant_by_refresh("r4")).refresh_hash == "r6"
+
+
 async def test_a_take_is_given_back_only_while_no_other_came(oauth_store):
     # The tokens of a code could not be made for a while (503): the code stands for a retry,
     # unless another use took it meanwhile (then it stays spent).

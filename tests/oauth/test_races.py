@@ -41,24 +41,31 @@ async def test_a_code_used_twice_at_once_leaves_no_session(client, fetch, hs, mo
     assert [d.device_id for d in await hs.devices.list_devices("alice")] == []
 
 
-async def test_a_session_ended_while_a_refresh_runs_gives_no_working_token(client, fetch, hs, monkeypatch):
+@pytest.mark.parametrize("when", ["before", "after"])
+async def test_a_session_ended_while_a_refresh_runs_gives_no_working_token(client, fetch, hs, monkeypatch, when):
+    # `sessions revoke` lands between the refresh's checks and its write, or between the write and the answer.
     tokens = await client.login("RACE000002")
-    rotate = hs.oauth.store.rotate_grant
+    refresh_grant = hs.oauth.store.refresh_grant
 
-    async def rotate_then_revoked(*args, **kwargs):  # `sessions revoke` lands between the checks and the answer
-        done = await rotate(*args, **kwargs)
-        await hs.devices.revoke("alice", ["RACE000002"])
+    async def revoked_around(*args, **kwargs):
+        if when == "before":
+            await hs.devices.revoke("alice", ["RACE000002"])
+        done = await refresh_grant(*args, **kwargs)
+        if when == "after":
+            await hs.devices.revoke("alice", ["RACE000002"])
         return done
 
-    monkeypatch.setattr(hs.oauth.store, "rotate_grant", rotate_then_revoked)
+    monkeypatch.setattr(hs.oauth.store, "refresh_grant", revoked_around)
     resp = await client.refresh(tokens["refresh_token"])
-    monkeypatch.setattr(hs.oauth.store, "rotate_grant", rotate)
+    monkeypatch.setattr(hs.oauth.store, "refresh_grant", refresh_grant)
     if resp.status == 200:
+        assert when == "after"
         body = assert_error(await fetch(WHOAMI, token=resp.json["access_token"]), 401, "M_UNKNOWN_TOKEN")
         assert body["soft_logout"] is False
     else:
         oauth_error(resp, "invalid_grant")
     assert [d.device_id for d in await hs.devices.list_devices("alice")] == []
+    oauth_error(await client.refresh(tokens["refresh_token"]), "invalid_grant")
 
 
 async def test_a_code_whose_tokens_could_not_be_made_can_be_used_again(client, fetch, hs, monkeypatch):
