@@ -26,6 +26,15 @@ def oauth_store(session_store):
     return create_oauth_store(session_store)
 
 
+@pytest.fixture
+def sqlite_store(request, tmp_path, io_loop):
+    """The SQLite session store alone: for what only its rows and change counter show."""
+    sessions = create_session_store("sqlite", store_options("sqlite", tmp_path, request), config_dir=str(tmp_path))
+    io_loop.run_sync(sessions.start)
+    yield sessions
+    io_loop.run_sync(sessions.close)
+
+
 def grant(refresh: str = "r1", previous: str = "", grant_id: str = "g1", device: str = "D1", **kw) -> Grant:
     values = dict(
         grant_id=grant_id, user="alice", device_id=device, client_id="c1", scope="s", refresh_hash=refresh,
@@ -148,11 +157,10 @@ async def test_a_refresh_is_one_step_while_the_grants_session_is_open(oauth_stor
     assert await oauth_store.device_grant("alice", "D1") is None
 
 
-async def test_a_refresh_leaves_the_sqlite_change_counter_alone(oauth_store, session_store):
+async def test_a_refresh_leaves_the_sqlite_change_counter_alone(sqlite_store):
     # Every process rereads its kept sessions when the counter moves: a refresh ends nothing
     # a process may keep, but the lost answer's retry ends an access token (maybe in use).
-    if session_store.name != "sqlite":
-        pytest.skip("the change counter is the SQLite store's")
+    session_store, oauth_store = sqlite_store, create_oauth_store(sqlite_store)
     counter = session_store.db.counter()
     await session_store.open(_session("gs", expires=None), "App")
     await oauth_store.add_grant(grant("r1"), 60)
@@ -165,13 +173,12 @@ async def test_a_refresh_leaves_the_sqlite_change_counter_alone(oauth_store, ses
     assert counter.value() > before
 
 
-async def test_a_rotation_caps_only_the_tokens_it_retires(oauth_store, session_store):
+async def test_a_rotation_caps_only_the_tokens_it_retires(sqlite_store):
     # On SQLite each rotation shortened every earlier refresh token of the grant (a row per
     # refresh before it); the ones it retires are all that change.
     from backends.sessions.oauth import RETIRED_REFRESH_TTL
 
-    if session_store.name != "sqlite":
-        pytest.skip("the rows are the SQLite store's")
+    session_store, oauth_store = sqlite_store, create_oauth_store(sqlite_store)
     await oauth_store.add_grant(grant("r1"), 864000)
     for n in range(2, 6):
         assert await oauth_store.rotate_grant(f"r{n - 1}", grant(f"r{n}", f"r{n - 1}"), 864000)
