@@ -68,6 +68,11 @@ class HeadLimitStream(IOStream):
     this request has been answered, and the answer is small.
     """
 
+    # Slots, not the instance dict: IOStream's own 27 attributes fill CPython's shared-key
+    # dict nearly to its limit (30); past it every attribute access of Tornado's stream code
+    # on this connection takes the slow path.
+    __slots__ = ("_reading_head", "address", "max_header_size", "opened")
+
     def __init__(self, sock: socket.socket, address: Any, max_header_size: int, **kwargs: Any) -> None:
         super().__init__(sock, **kwargs)
         self.address = address
