@@ -222,6 +222,10 @@ def _system_log(fmt: str) -> logging.Handler | None:
 def setup_logging(level: str, fmt: str = "text") -> None:
     """Log to stderr at `level`, as text lines or one JSON object per line."""
     global _server_handler
+    # Neither format shows a thread's or a process's name: logging's own switches spare
+    # every record (an access line per request) looking them up.
+    logging.logThreads = False
+    logging.logMultiprocessing = False
     stream = logging.StreamHandler(sys.stderr)
     stream.setFormatter(JsonFormatter() if fmt == "json" else text_formatter())
     handler = LoopTurnHandler(stream)

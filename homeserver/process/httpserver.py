@@ -68,6 +68,11 @@ class HeadLimitStream(IOStream):
     this request has been answered, and the answer is small.
     """
 
+    # Slots, not the instance dict: IOStream's own 27 attributes fill CPython's shared-key
+    # dict nearly to its limit (30); past it every attribute access of Tornado's stream code
+    # on this connection takes the slow path.
+    __slots__ = ("_reading_head", "address", "max_header_size", "opened")
+
     def __init__(self, sock: socket.socket, address: Any, max_header_size: int, **kwargs: Any) -> None:
         super().__init__(sock, **kwargs)
         self.address = address
@@ -118,13 +123,16 @@ class BodyLimit(httputil.HTTPMessageDelegate):
     """Passes a request on to the application until its body is past `limit`; then answers
     413 itself, stops passing it on, and tells the application the connection is gone."""
 
+    # Made for every request: slots, and only what the common case (no body past the limit) needs.
+    __slots__ = ("connection", "inner", "limit", "named_limit", "passed_on", "refused", "size", "start_line",
+                 "started")
+
     def __init__(self, inner: httputil.HTTPMessageDelegate, connection: httputil.HTTPConnection, limit: int,
-                 named_limit: int, remote_ip: str) -> None:
+                 named_limit: int) -> None:
         self.inner = inner
         self.connection = connection
         self.limit = limit
         self.named_limit = named_limit  # what the 413 says: any body refused here is past it too
-        self.remote_ip = remote_ip
         self.size = 0
         self.refused = False
         self.passed_on = False
@@ -136,7 +144,8 @@ class BodyLimit(httputil.HTTPMessageDelegate):
     ) -> Any:
         if isinstance(start_line, httputil.RequestStartLine):
             self.start_line = start_line
-        length = headers.get("Content-Length", "")
+        # `in` first: HTTPHeaders.get pays a KeyError for the missing header of every GET.
+        length = headers["Content-Length"] if "Content-Length" in headers else ""
         if length.isdigit() and int(length) > self.limit:
             self._refuse()
             return None
@@ -170,7 +179,8 @@ class BodyLimit(httputil.HTTPMessageDelegate):
         )
         self.connection.finish()  # Tornado closes the connection after it: the body was not read
         method, path = (self.start_line.method, scrub_uri(self.start_line.path)) if self.start_line else ("-", "-")
-        log_refusal(413, method, path, self.remote_ip, self.started, rid)
+        context = getattr(self.connection, "context", None)
+        log_refusal(413, method, path, getattr(context, "remote_ip", "-"), self.started, rid)
 
 
 class Server(HTTPServer):
@@ -197,7 +207,5 @@ class Server(HTTPServer):
     def start_request(
         self, server_conn: object, request_conn: httputil.HTTPConnection
     ) -> httputil.HTTPMessageDelegate:
-        delegate = super().start_request(server_conn, request_conn)
-        context = getattr(request_conn, "context", None)
-        return BodyLimit(delegate, request_conn, self.body_limit, self.named_body_size,
-                         getattr(context, "remote_ip", "-"))
+        return BodyLimit(super().start_request(server_conn, request_conn), request_conn, self.body_limit,
+                         self.named_body_size)
