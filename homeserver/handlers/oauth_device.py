@@ -17,7 +17,7 @@ from homeserver.account_page import PageError
 from homeserver.handlers.oauth_api import OAuthApiHandler
 from homeserver.handlers.page_base import PageHandler
 from homeserver.oauth import OAuth
-from homeserver.oauth.device import CodeProblem, DeviceFlow, normalize, shown
+from homeserver.oauth.device import CodeProblem, DeviceAuthorization, DeviceFlow, normalize, shown
 from homeserver.oauth.metadata import DEVICE_AUTHORIZATION_PATH, VERIFICATION_PATH
 
 logger = logging.getLogger(__name__)
@@ -50,15 +50,21 @@ class DevicePageHandler(PageHandler):
             "oauth_device.html", status, step=step, path=VERIFICATION_PATH, title="Sign in a device", **values
         )
 
-    async def code_step(self, typed: str) -> None:
-        """The confirmation for a typed code, or the code step again with what was wrong."""
-        flow = self.flow()
+    async def found(self, typed: str) -> DeviceAuthorization | None:
+        """The authorization a typed code names; None when the code step was shown again with
+        what was wrong (unknown, expired, answered, too many tries)."""
         try:
-            found = await flow.find(typed, self.client_ip)
+            return await self.flow().find(typed, self.client_ip)
         except CodeProblem as exc:
             for name, value in exc.headers.items():
                 self.set_header(name, value)
             self.show("code", exc.status, error=exc.message)
+            return None
+
+    async def code_step(self, typed: str) -> None:
+        """The confirmation for a typed code, or the code step again with what was wrong."""
+        found = await self.found(typed)
+        if found is None:
             return
         record = found.record
         self.show(
@@ -101,12 +107,8 @@ class DevicePageHandler(PageHandler):
         if op not in ("allow", "deny"):
             self.show("code", 400)
             return
-        try:
-            found = await flow.find(typed, self.client_ip)
-        except CodeProblem as exc:
-            for name, value in exc.headers.items():
-                self.set_header(name, value)
-            self.show("code", exc.status, error=exc.message)
+        found = await self.found(typed)
+        if found is None:
             return
         allow = op == "allow"
         if not await flow.decide(found, self.user, allow, self.client_ip):
