@@ -106,3 +106,23 @@ def shoot(driver: Any, name: str, folder: str = "account-page") -> list[str]:
         paths.append(path)
     driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
     return paths
+
+
+def submitted(driver: Any, element: Any, *keys: str) -> None:
+    """Type keys into an element (Enter submits its form), then wait for the next page."""
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    old = driver.find_element(By.TAG_NAME, "html")
+    element.send_keys(*keys)
+
+    def replaced(_: Any) -> bool:
+        try:
+            old.is_enabled()
+        except WebDriverException:
+            # Stale, or (mid-navigation) Chromium's "Node ... does not belong to the document".
+            return True
+        return False
+
+    WebDriverWait(driver, 10).until(replaced)

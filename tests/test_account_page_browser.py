@@ -18,7 +18,7 @@ from tornado.testing import bind_unused_port
 
 from homeserver.app import make_app
 from homeserver.context import HomeServer, build_homeserver, create_backend, create_session_store
-from tests.browser import chrome, shoot
+from tests.browser import chrome, shoot, submitted
 from tests.fake_synapse import Calls, FakeDelegation, fake_synapse_app
 from tests.servers import call
 
@@ -108,26 +108,6 @@ def fill(driver: Any, field_id: str, value: str) -> None:
     element = driver.find_element(By.ID, field_id)
     element.clear()
     element.send_keys(value)
-
-
-def submitted(driver: Any, element: Any, *keys: str) -> None:
-    """Type keys into an element (Enter submits its form), then wait for the next page."""
-    from selenium.common.exceptions import WebDriverException
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.wait import WebDriverWait
-
-    old = driver.find_element(By.TAG_NAME, "html")
-    element.send_keys(*keys)
-
-    def replaced(_: Any) -> bool:
-        try:
-            old.is_enabled()
-        except WebDriverException:
-            # Stale, or (mid-navigation) Chromium's "Node ... does not belong to the document".
-            return True
-        return False
-
-    WebDriverWait(driver, 10).until(replaced)
 
 
 def press(driver: Any, label: str) -> None:

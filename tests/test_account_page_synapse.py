@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser import chrome, shoot
+from tests.browser import chrome, shoot, submitted
 from tests.delegation_stack import SERVER_NAME, DelegationStack, password_of
 from tests.js_sdk import install_js_sdk
 
@@ -75,26 +75,18 @@ def master_key_at_synapse(stack: DelegationStack, token: str, user: str) -> list
 def sign_in(driver: Any, user: str) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
-    from selenium.webdriver.support import expected_conditions
-    from selenium.webdriver.support.wait import WebDriverWait
 
     assert driver.find_element(By.TAG_NAME, "h1").text == "Sign in"
     driver.find_element(By.ID, "name").send_keys(user)
-    old = driver.find_element(By.TAG_NAME, "html")
-    driver.find_element(By.ID, "password").send_keys(password_of(user), Keys.ENTER)
-    WebDriverWait(driver, 10).until(expected_conditions.staleness_of(old))
+    submitted(driver, driver.find_element(By.ID, "password"), password_of(user), Keys.ENTER)
 
 
 def press(driver: Any, label: str) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
-    from selenium.webdriver.support import expected_conditions
-    from selenium.webdriver.support.wait import WebDriverWait
 
     button = next(b for b in driver.find_elements(By.TAG_NAME, "button") if b.text.strip() == label)
-    old = driver.find_element(By.TAG_NAME, "html")
-    button.send_keys(Keys.ENTER)
-    WebDriverWait(driver, 10).until(expected_conditions.staleness_of(old))
+    submitted(driver, button, Keys.ENTER)
 
 
 def test_cross_signing_reset_approved_in_the_browser(synapse_stack: DelegationStack, js_upload) -> None:
