@@ -79,8 +79,11 @@ def js_sdk_script() -> tuple[str, str]:
     return node, script_in(cache, "oauth_js_sdk.mjs")
 
 
-def run_flow(node: str, script: str, args: list[str], sign_in: SignIn, timeout: float = 240) -> dict[str, Any]:
-    """Run a flow script; sign the people in as it asks; its result."""
+def run_script(
+    node: str, script: str, args: list[str], answer: Callable[[dict[str, Any]], str | None], timeout: float = 240
+) -> dict[str, Any]:
+    """Run a client script, which prints JSON lines: `answer` takes each but the result and may
+    give a line back on the script's stdin; the script's result."""
     proc = subprocess.Popen([node, script, *args], cwd=os.path.dirname(script), stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     timer = threading.Timer(timeout, proc.kill)
@@ -92,13 +95,14 @@ def run_flow(node: str, script: str, args: list[str], sign_in: SignIn, timeout: 
             if not line.startswith("{"):
                 continue
             message = json.loads(line)
-            if "authorize" in message:
-                # The landed URL goes back on stdin: a fragment never reaches the listener.
-                assert proc.stdin is not None
-                proc.stdin.write(sign_in(message["authorize"], message["user"]) + "\n")
-                proc.stdin.flush()
-            elif "result" in message:
+            if "result" in message:
                 result = message["result"]
+                continue
+            reply = answer(message)
+            if reply is not None:
+                assert proc.stdin is not None
+                proc.stdin.write(reply + "\n")
+                proc.stdin.flush()
         proc.wait(30)
     finally:
         timer.cancel()
@@ -106,13 +110,21 @@ def run_flow(node: str, script: str, args: list[str], sign_in: SignIn, timeout: 
             proc.kill()
             proc.wait()
         stderr = proc.stderr.read() if proc.stderr else ""
-        if proc.stderr:
-            proc.stderr.close()
-        for stream in (proc.stdout, proc.stdin):
+        for stream in (proc.stdout, proc.stderr, proc.stdin):
             if stream:
                 stream.close()
     assert result is not None, f"{os.path.basename(script)} ended ({proc.returncode}) without a result:\n{stderr[-3000:]}"
     return result
+
+
+def run_flow(node: str, script: str, args: list[str], sign_in: SignIn, timeout: float = 240) -> dict[str, Any]:
+    """Run a flow script; sign the people in as it asks; its result."""
+
+    def answer(message: dict[str, Any]) -> str | None:
+        # The landed URL goes back on stdin: a fragment never reaches the listener.
+        return sign_in(message["authorize"], message["user"]) if "authorize" in message else None
+
+    return run_script(node, script, args, answer, timeout)
 
 
 def redirect_of(url: str) -> str:

@@ -10,10 +10,6 @@ Chromium typing the code on our page (or opening `verification_uri_complete`):
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,7 +18,7 @@ import pytest
 
 from tests.js_sdk import install_js_sdk
 from tests.oauth_clients.conftest import PASSWORDS
-from tests.oauth_clients.node import install_oauth4webapi, script_in
+from tests.oauth_clients.node import install_oauth4webapi, run_script, script_in
 from tests.servers import ServerProcess
 
 DEVICE_LIFETIME = 20  # seconds: the least a test waits for an expiry
@@ -40,33 +36,12 @@ def device_server(tmp_path_factory) -> Iterator[ServerProcess]:
 
 def run_device_flow(node: str, script: str, args: list[str], approve: Approve, timeout: float = 180) -> dict[str, Any]:
     """Run a device flow script; approve (or deny) each code it shows; its result."""
-    proc = subprocess.Popen([node, script, *args], cwd=os.path.dirname(script), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    timer = threading.Timer(timeout, proc.kill)
-    timer.start()
-    result: dict[str, Any] | None = None
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if not line.startswith("{"):
-                continue
-            message = json.loads(line)
-            if "verify" in message:
-                approve(message)
-            elif "result" in message:
-                result = message["result"]
-        proc.wait(30)
-    finally:
-        timer.cancel()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        stderr = proc.stderr.read() if proc.stderr else ""
-        for stream in (proc.stdout, proc.stderr):
-            if stream:
-                stream.close()
-    assert result is not None, f"{os.path.basename(script)} ended ({proc.returncode}) without a result:\n{stderr[-3000:]}"
-    return result
+
+    def answer(message: dict[str, Any]) -> None:
+        if "verify" in message:
+            approve(message)
+
+    return run_script(node, script, args, answer, timeout)
 
 
 def chromium_approver(driver: Any, pages: list[str]) -> Approve:
