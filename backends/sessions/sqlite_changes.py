@@ -50,9 +50,12 @@ class ChangeCounter:
     """The shared counter of one session database (see the module's description)."""
 
     def __init__(self, database_path: str) -> None:
-        self.path = database_path + "-changes"
+        # Beside the file itself, whatever name a process gives it (a symbolic link in one
+        # config, the real path in a command): one file, one counter, as SQLite keeps one
+        # journal for it.
+        self.path = os.path.realpath(database_path) + "-changes"
         with _THREAD_LOCKS_GUARD:
-            self._thread_lock = _THREAD_LOCKS.setdefault(os.path.realpath(self.path), threading.Lock())
+            self._thread_lock = _THREAD_LOCKS.setdefault(self.path, threading.Lock())
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
         try:
             if os.fstat(self._fd).st_size < SIZE:

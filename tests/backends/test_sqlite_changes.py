@@ -229,3 +229,28 @@ async def test_a_failed_commit_is_rolled_back_and_the_store_writes_again(two_sto
     assert await mine.get("alice", "h1") is None
     assert await mine.get("alice", "h2") is not None
     assert await other.get("alice", "h3") is not None
+
+
+async def test_an_end_through_another_name_of_the_file_is_seen(tmp_path):
+    """A process that names the database through a symbolic link (a config pointing at
+    /var/lib/homeserver/sessions.db, a link to the volume, while a command runs with the
+    real path) shares the counter of the file itself, as SQLite shares its journal: an end
+    by one is seen by the other at its next read."""
+    real = tmp_path / "volume" / "s.db"
+    real.parent.mkdir()
+    sqlite3.connect(real).close()
+    link = tmp_path / "sessions.db"
+    link.symlink_to(real)
+    a, b = SqliteSessionStore(str(link), timeout=1.0), SqliteSessionStore(str(real), timeout=1.0)
+    await a.start()
+    await b.start()
+    try:
+        await b.open(session("h1"), None)
+        assert (await a.get("alice", "h1")).ended_ts is None  # read, and kept
+        assert await b.end("alice", "h1") is True
+        ended = await a.get("alice", "h1")
+        assert ended is not None and ended.ended_ts is not None
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["sessions.db", "volume"]  # nothing beside the link
+    finally:
+        await a.close()
+        await b.close()
