@@ -15,6 +15,7 @@ import pytest
 from homeserver.app import make_app
 from homeserver.config import Config, build_config
 from homeserver.context import build_homeserver, create_backend, create_session_store
+from tests.delegation_fakes import FakeSynapse
 from tests.helpers import DEFAULT_USERS, JWT_SECRET, TEST_ROUNDS, Response, assert_json
 from tests.servers import ServerProcess
 
@@ -127,10 +128,22 @@ def session_store(config, io_loop):
 
 
 @pytest.fixture
-def hs(config, backend, session_store):
+def hs(config, backend, session_store, io_loop):
     hs = build_homeserver(config, backend, session_store)
     yield hs
+    if hs.delegation is not None:  # a `[delegation]` section's Synapse client
+        io_loop.run_sync(hs.delegation.close)
     hs.checker.close()
+
+
+@pytest.fixture
+def synapse(io_loop):
+    """An in-process fake of Synapse's /_synapse/mas/ API (tests/delegation_fakes.py), started;
+    a test points the server at it with `config_overrides` {"delegation": synapse.section()}."""
+    fake = FakeSynapse()
+    fake.start()
+    yield fake
+    io_loop.run_sync(fake.stop)
 
 
 @pytest.fixture
