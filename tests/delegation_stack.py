@@ -44,9 +44,10 @@ def user_records(without: tuple[str, ...] = ()) -> list[dict[str, Any]]:
 
 
 class HomeserverProcess:
-    """`run.py --config` with delegation on, on a port chosen ahead (Synapse's config names it)."""
+    """`run.py --config` with delegation on, on a port chosen ahead (Synapse's config names it);
+    `extra` is appended to its config (more sections)."""
 
-    def __init__(self, folder: Path, port: int, public_url: str, synapse_url: str) -> None:
+    def __init__(self, folder: Path, port: int, public_url: str, synapse_url: str, extra: str = "") -> None:
         self.folder = folder
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
@@ -77,6 +78,7 @@ admins = ["{ADMIN}"]
 timeout = 2.0
 retry_interval = 0.5
 """
+            + extra
         )
         self.log_path = folder / "homeserver.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -125,12 +127,15 @@ retry_interval = 0.5
 
 
 class DelegationStack:
-    """This server, Synapse and nginx, started in the order the docs give (ours, Synapse, nginx)."""
+    """This server, Synapse and nginx, started in the order the docs give (ours, Synapse, nginx);
+    `extra_config` is appended to this server's config."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, extra_config: str = "") -> None:
         self.nginx_port, hs_port, synapse_port = free_port(), free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.nginx_port}"
-        self.homeserver = HomeserverProcess(folder, hs_port, self.url, f"http://127.0.0.1:{synapse_port}")
+        self.homeserver = HomeserverProcess(
+            folder, hs_port, self.url, f"http://127.0.0.1:{synapse_port}", extra_config
+        )
         self.synapse = Synapse(
             folder / "synapse", SERVER_NAME, port=synapse_port, public_baseurl=self.url + "/",
             mas_endpoint=f"http://127.0.0.1:{hs_port}/", mas_secret=SECRET,
@@ -193,3 +198,4 @@ class DelegationStack:
         result = self.homeserver.run_py("sessions", "list", user)
         assert result.returncode in (0, 1), result.stderr
         return sorted(line.split("\t")[0] for line in result.stdout.splitlines() if line.strip())
+
