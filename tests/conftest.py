@@ -226,16 +226,6 @@ def synapse_stack(tmp_path_factory):
     """This server as the authentication service of a real Synapse, both behind a real nginx
     (tests/delegation_stack.py); one for the whole session. Skipped with the reason when
     Synapse or nginx cannot be had, and failed for it when CI is set."""
-    from tests.delegation_stack import DelegationStack
-    from tests.helpers import ci
-    from tests.nginx import NginxUnavailable
-    from tests.synapse import SynapseUnavailable
+    from tests.delegation_stack import DelegationStack, serve
 
-    try:
-        stack = DelegationStack(tmp_path_factory.mktemp("synapse-stack"))
-    except (SynapseUnavailable, NginxUnavailable) as exc:
-        if ci():
-            pytest.fail(f"{exc} (CI is set: the Synapse tests must run)")
-        pytest.skip(str(exc))
-    yield stack
-    stack.stop()
+    yield from serve(DelegationStack, tmp_path_factory.mktemp("synapse-stack"))

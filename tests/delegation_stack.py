@@ -13,12 +13,15 @@ import subprocess
 import sys
 import time
 import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from tests.helpers import DEFAULT_USERS, JWT_SECRET, record
-from tests.nginx import Nginx
-from tests.synapse import Synapse, free_port, http
+import pytest
+
+from tests.helpers import DEFAULT_USERS, JWT_SECRET, ci, record
+from tests.nginx import Nginx, NginxUnavailable
+from tests.synapse import Synapse, SynapseUnavailable, free_port, http
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER_NAME = "localhost"
@@ -199,3 +202,18 @@ class DelegationStack:
         assert result.returncode in (0, 1), result.stderr
         return sorted(line.split("\t")[0] for line in result.stdout.splitlines() if line.strip())
 
+
+Stack = TypeVar("Stack", bound=DelegationStack)
+
+
+def serve(kind: type[Stack], folder: Path) -> Iterator[Stack]:
+    """A fixture's body: `kind(folder)` for its tests, stopped afterwards. Skipped with the
+    reason when Synapse or nginx cannot be had, and failed for it when CI is set."""
+    try:
+        stack = kind(folder)
+    except (SynapseUnavailable, NginxUnavailable) as exc:
+        if ci():
+            pytest.fail(f"{exc} (CI is set: the Synapse tests must run)")
+        pytest.skip(str(exc))
+    yield stack
+    stack.stop()

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.delegation_stack import password_of
+from tests.delegation_stack import password_of, serve
 from tests.oauth_clients.node import chromium_person, js_sdk_script, run_flow
 from tests.oauth_clients.stack import LIFETIME, OAuthStack
 from tests.synapse import http
@@ -27,18 +27,7 @@ SENDER, RECEIVER = "carol", "dave"
 @pytest.fixture(scope="module")
 def oauth_stack(tmp_path_factory) -> Iterator[OAuthStack]:
     """Skipped with the reason when Synapse or nginx cannot be had, failed for it under CI."""
-    from tests.helpers import ci
-    from tests.nginx import NginxUnavailable
-    from tests.synapse import SynapseUnavailable
-
-    try:
-        stack = OAuthStack(tmp_path_factory.mktemp("oauth-synapse-stack"))
-    except (SynapseUnavailable, NginxUnavailable) as exc:
-        if ci():
-            pytest.fail(f"{exc} (CI is set: the Synapse tests must run)")
-        pytest.skip(str(exc))
-    yield stack
-    stack.stop()
+    yield from serve(OAuthStack, tmp_path_factory.mktemp("oauth-synapse-stack"))
 
 
 def test_synapse_answers_our_metadata_as_its_own(oauth_stack: OAuthStack) -> None:
