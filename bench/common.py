@@ -1,4 +1,5 @@
-"""The bench's constants, processes it starts and plain HTTP calls to them."""
+"""The bench's constants, processes it starts and plain HTTP calls to them, and what every
+bench script does around its run (clean-up, the report and its file)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,22 @@ import contextlib
 import ipaddress
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
+import tempfile
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from targets import Target
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
@@ -75,6 +84,50 @@ class Processes:
     def stop_all(self) -> None:
         for proc in list(self.procs):
             self.stop(proc)
+
+
+@contextlib.contextmanager
+def bench_run(prefix: str) -> Iterator[tuple[Processes, Path]]:
+    """The servers of one bench run and a temporary folder (named `prefix`...): every server
+    stopped and the folder removed on the way out, done, failed or interrupted. SIGTERM takes
+    Ctrl-C's path (a KeyboardInterrupt, for the caller to answer with `interrupted()`)."""
+    procs = Processes()
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield procs, tmp
+    finally:
+        procs.stop_all()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def interrupted() -> int:
+    """Say so, once the servers are stopped; the exit status of an interrupted run."""
+    print("\ninterrupted; servers stopped", file=sys.stderr)
+    return 130
+
+
+def wrk_missing() -> bool:
+    """True, having said how to install it, when wrk is not on PATH."""
+    if shutil.which("wrk") is None:
+        print(f"wrk is not installed. Install it with:\n  {INSTALL_WRK}", file=sys.stderr)
+        return True
+    return False
+
+
+def finish(results: dict[str, Any], targets: list[Target], output: str | None, stem: str, load_note: str = "") -> int:
+    """Print the targets and the load average at the end (`results["load_average_at_end"]`),
+    write `results` to `output` or bench/results/<stem>-<UTC time>.json; the exit status (0
+    when every target passed, else 1)."""
+    print("\ntargets (ratios measured in this run):")
+    for t in targets:
+        print(t.line())
+    print(f"load average at end: {results['load_average_at_end']}{load_note}")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = Path(output) if output else RESULTS / time.strftime(f"{stem}-%Y%m%dT%H%M%SZ.json", time.gmtime())
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"results written to {out}")
+    return 0 if all(t.passed for t in targets) else 1
 
 
 def free_port() -> int:

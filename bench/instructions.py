@@ -25,14 +25,13 @@ import itertools
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ab import Side, materialize
-from common import CAPABILITIES, PROFILE, VERSIONS, WHOAMI, Processes, free_port, wait_ready
+from common import CAPABILITIES, PROFILE, VERSIONS, WHOAMI, Processes, bench_run, free_port, interrupted, wait_ready
 from servers import get_tokens, hash_once, write_config, write_users
 
 ENDPOINTS = {"versions": (VERSIONS, False), "profile": (PROFILE, False), "capabilities": (CAPABILITIES, True),
@@ -114,13 +113,11 @@ def main() -> int:
             print(f"{tool} is not installed. Install it with:\n  {INSTALL_VALGRIND}", file=sys.stderr)
             return 2
     endpoints = args.only or list(ENDPOINTS)
-    procs = Processes()
-    tmp = Path(tempfile.mkdtemp(prefix="homeserver-instructions-"))
     counts: dict[str, list[float]] = {e: [] for e in endpoints}
     try:
-        users = tmp / "users.json"
-        write_users(users, hash_once(4), max(100, args.tokens + 1))
-        with contextlib.ExitStack() as stack:
+        with bench_run("homeserver-instructions-") as (procs, tmp), contextlib.ExitStack() as stack:
+            users = tmp / "users.json"
+            write_users(users, hash_once(4), max(100, args.tokens + 1))
             sides = [stack.enter_context(materialize(chr(ord("A") + i), spec, tmp))
                      for i, spec in enumerate(args.versions)]
             for side in sides:
@@ -130,11 +127,7 @@ def main() -> int:
                     counts[endpoint].append(count(side, endpoint, args.requests, procs, tmp, users, args.tokens))
                     print(f"  {side.label} {endpoint:<13} {counts[endpoint][-1]:>12,.0f} instructions/request", flush=True)
     except KeyboardInterrupt:
-        print("\ninterrupted; servers stopped", file=sys.stderr)
-        return 130
-    finally:
-        procs.stop_all()
-        shutil.rmtree(tmp, ignore_errors=True)
+        return interrupted()
     print("\ninstructions per request (ratio to A):")
     for endpoint, values in counts.items():
         cells = "  ".join(f"{chr(ord('A') + i)} {v:>10,.0f} ({v / values[0]:.3f})" for i, v in enumerate(values))

@@ -42,11 +42,9 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -63,14 +61,16 @@ from common import (
     CAPABILITIES,
     LOGIN,
     LUA,
-    RESULTS,
     ROOT,
     SERVER_NAME,
     VERSIONS,
     Processes,
+    bench_run,
     cpu_seconds,
+    finish,
     free_port,
     http,
+    interrupted,
     require_loopback,
     wait_ready,
 )
@@ -406,32 +406,18 @@ def main() -> int:
         p.error("--ab takes REV_A and at most one of REV_B and --worktree PATH")
     if args.worktree and not args.ab:
         p.error("--worktree goes with --ab REV_A")
-    procs = Processes()
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    tmp = Path(tempfile.mkdtemp(prefix="homeserver-mix-"))
     results: dict[str, Any] = {"machine": machine(), "settings": vars(args).copy(), "runs": {}}
     print(f"machine: load average {results['machine']['load_average_at_start']}", flush=True)
     try:
-        bare, bare_base = start_floor(procs, tmp)
-        phase = phase_mix_ab if args.ab else phase_mix
-        targets = phase(args, procs, tmp, bare.pid, bare_base, results["runs"])
+        with bench_run("homeserver-mix-") as (procs, tmp):
+            bare, bare_base = start_floor(procs, tmp)
+            phase = phase_mix_ab if args.ab else phase_mix
+            targets = phase(args, procs, tmp, bare.pid, bare_base, results["runs"])
     except KeyboardInterrupt:
-        print("\ninterrupted; servers stopped", file=sys.stderr)
-        return 130
-    finally:
-        procs.stop_all()
-        shutil.rmtree(tmp, ignore_errors=True)
-    print("\ntargets (ratios measured in this run):")
-    for t in targets:
-        print(t.line())
+        return interrupted()
     results["targets"] = [asdict(t) for t in targets]
     results["load_average_at_end"] = load_average()
-    print(f"load average at end: {results['load_average_at_end']}")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = Path(args.output) if args.output else RESULTS / time.strftime("mix-%Y%m%dT%H%M%SZ.json", time.gmtime())
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"results written to {out}")
-    return 0 if all(t.passed for t in targets) else 1
+    return finish(results, targets, args.output, "mix")
 
 
 if __name__ == "__main__":

@@ -22,14 +22,10 @@ Clients follow the interface contract only (tests/oauth_clients/flow.py: every e
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import asdict
@@ -41,14 +37,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
     BENCH_PASSWORD,
     BENCH_USER,
-    INSTALL_WRK,
     LUA,
-    RESULTS,
     ROOT,
     SERVER_NAME,
     WHOAMI,
     Processes,
+    bench_run,
+    finish,
     free_port,
+    interrupted,
+    wrk_missing,
 )
 from servers import checkpw_seconds, hash_once, load_average, machine, pool_capacity, start_homeserver, write_users
 from targets import Target
@@ -264,41 +262,26 @@ def parse_args() -> argparse.Namespace:
 
 
 def main() -> int:
-    if shutil.which("wrk") is None:
-        print(f"wrk is not installed. Install it with:\n  {INSTALL_WRK}", file=sys.stderr)
+    if wrk_missing():
         return 2
     ensure_venv()
     args = parse_args()
-    procs = Processes()
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    tmp = Path(tempfile.mkdtemp(prefix="homeserver-bench-oauth-"))
     info = machine()
     print(f"machine: {info['nproc']} cores, {info['cpu']}; load average {info['load_average_at_start']}", flush=True)
     results: dict[str, Any] = {"machine": info, "settings": vars(args).copy(), "runs": {}}
     targets: list[Target] = []
     try:
-        print(f"hashing the bench password at cost {args.bcrypt_cost} ...", flush=True)
-        targets += phase_signins(args, procs, tmp, hash_once(args.bcrypt_cost), results["runs"])
-        targets += phase_refresh(args, procs, tmp, results["runs"])
-        if args.introspection:
-            targets += phase_introspection(args, procs, tmp, results["runs"])
+        with bench_run("homeserver-bench-oauth-") as (procs, tmp):
+            print(f"hashing the bench password at cost {args.bcrypt_cost} ...", flush=True)
+            targets += phase_signins(args, procs, tmp, hash_once(args.bcrypt_cost), results["runs"])
+            targets += phase_refresh(args, procs, tmp, results["runs"])
+            if args.introspection:
+                targets += phase_introspection(args, procs, tmp, results["runs"])
     except KeyboardInterrupt:
-        print("\ninterrupted; servers stopped", file=sys.stderr)
-        return 130
-    finally:
-        procs.stop_all()
-        shutil.rmtree(tmp, ignore_errors=True)
+        return interrupted()
     results["targets"] = [asdict(t) for t in targets]
     results["load_average_at_end"] = load_average()
-    print("\ntargets (ratios measured in this run):")
-    for t in targets:
-        print(t.line())
-    print(f"load average at end: {results['load_average_at_end']}")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = Path(args.output) if args.output else RESULTS / time.strftime("oauth-%Y%m%dT%H%M%SZ.json", time.gmtime())
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"results written to {out}")
-    return 0 if all(t.passed for t in targets) else 1
+    return finish(results, targets, args.output, "oauth")
 
 
 if __name__ == "__main__":

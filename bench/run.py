@@ -30,14 +30,10 @@ versions.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -49,20 +45,22 @@ from ab import phase_ab
 from common import (
     BENCH,
     CAPABILITIES,
-    INSTALL_WRK,
     LOGIN,
     PROFILE,
-    RESULTS,
     ROOT,
     SYNAPSE,
     VENV,
     VERSIONS,
     WHOAMI,
     Processes,
+    bench_run,
     descendants,
+    finish,
     free_port,
+    interrupted,
     rss_mb,
     wait_ready,
+    wrk_missing,
 )
 from delegation import bench_delegation
 from mix import add_mix_options, phase_mix
@@ -359,34 +357,18 @@ def parse_args() -> argparse.Namespace:
 
 
 def main() -> int:
-    if shutil.which("wrk") is None:  # before any venv set-up: say what is missing first
-        print(f"wrk is not installed. Install it with:\n  {INSTALL_WRK}", file=sys.stderr)
+    if wrk_missing():  # before any venv set-up: say what is missing first
         return 2
     ensure_venv()
     args = parse_args()
-    procs = Processes()
-    # SIGTERM takes the same clean-up path as Ctrl-C.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    tmp = Path(tempfile.mkdtemp(prefix="homeserver-bench-"))
     try:
-        results = bench(args, procs, tmp)
+        with bench_run("homeserver-bench-") as (procs, tmp):
+            results = bench(args, procs, tmp)
     except KeyboardInterrupt:
-        print("\ninterrupted; servers stopped", file=sys.stderr)
-        return 130
-    finally:
-        procs.stop_all()
-        shutil.rmtree(tmp, ignore_errors=True)
+        return interrupted()
     targets: list[Target] = results.pop("_targets")
-    print("\ntargets (ratios measured in this run):")
-    for t in targets:
-        print(t.line())
-    print(f"load average at end: {results['load_average_at_end']} (other work on the machine skews absolute figures)")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    stem = "ab" if args.ab else "bench"
-    out = Path(args.output) if args.output else RESULTS / time.strftime(f"{stem}-%Y%m%dT%H%M%SZ.json", time.gmtime())
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"results written to {out}")
-    return 0 if all(t.passed for t in targets) else 1
+    note = " (other work on the machine skews absolute figures)"
+    return finish(results, targets, args.output, "ab" if args.ab else "bench", note)
 
 
 if __name__ == "__main__":

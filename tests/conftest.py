@@ -15,6 +15,7 @@ import pytest
 from homeserver.app import make_app
 from homeserver.config import Config, build_config
 from homeserver.context import build_homeserver, create_backend, create_session_store
+from tests.delegation_fakes import FakeSynapse
 from tests.helpers import DEFAULT_USERS, JWT_SECRET, TEST_ROUNDS, Response, assert_json
 from tests.servers import ServerProcess
 
@@ -127,10 +128,22 @@ def session_store(config, io_loop):
 
 
 @pytest.fixture
-def hs(config, backend, session_store):
+def hs(config, backend, session_store, io_loop):
     hs = build_homeserver(config, backend, session_store)
     yield hs
+    if hs.delegation is not None:  # a `[delegation]` section's Synapse client
+        io_loop.run_sync(hs.delegation.close)
     hs.checker.close()
+
+
+@pytest.fixture
+def synapse(io_loop):
+    """An in-process fake of Synapse's /_synapse/mas/ API (tests/delegation_fakes.py), started;
+    a test points the server at it with `config_overrides` {"delegation": synapse.section()}."""
+    fake = FakeSynapse()
+    fake.start()
+    yield fake
+    io_loop.run_sync(fake.stop)
 
 
 @pytest.fixture
@@ -213,16 +226,6 @@ def synapse_stack(tmp_path_factory):
     """This server as the authentication service of a real Synapse, both behind a real nginx
     (tests/delegation_stack.py); one for the whole session. Skipped with the reason when
     Synapse or nginx cannot be had, and failed for it when CI is set."""
-    from tests.delegation_stack import DelegationStack
-    from tests.helpers import ci
-    from tests.nginx import NginxUnavailable
-    from tests.synapse import SynapseUnavailable
+    from tests.delegation_stack import DelegationStack, serve
 
-    try:
-        stack = DelegationStack(tmp_path_factory.mktemp("synapse-stack"))
-    except (SynapseUnavailable, NginxUnavailable) as exc:
-        if ci():
-            pytest.fail(f"{exc} (CI is set: the Synapse tests must run)")
-        pytest.skip(str(exc))
-    yield stack
-    stack.stop()
+    yield from serve(DelegationStack, tmp_path_factory.mktemp("synapse-stack"))

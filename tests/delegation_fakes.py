@@ -58,6 +58,10 @@ class FakeSynapse:
             await self._server.close_all_connections()
             self._server = None
 
+    def section(self, **more: Any) -> dict[str, Any]:
+        """A `[delegation]` section pointed at this fake, with a short timeout; `more` adds keys."""
+        return {"enabled": True, "synapse_url": self.url, "secret": self.secret, "timeout": 0.5, **more}
+
     def names(self) -> list[str]:
         """The calls made so far, by name."""
         return [name for name, _ in self.calls]

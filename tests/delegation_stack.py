@@ -13,12 +13,15 @@ import subprocess
 import sys
 import time
 import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from tests.helpers import DEFAULT_USERS, JWT_SECRET, record
-from tests.nginx import Nginx
-from tests.synapse import Synapse, free_port, http
+import pytest
+
+from tests.helpers import DEFAULT_USERS, JWT_SECRET, ci, record
+from tests.nginx import Nginx, NginxUnavailable
+from tests.synapse import Synapse, SynapseUnavailable, free_port, http
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER_NAME = "localhost"
@@ -44,9 +47,10 @@ def user_records(without: tuple[str, ...] = ()) -> list[dict[str, Any]]:
 
 
 class HomeserverProcess:
-    """`run.py --config` with delegation on, on a port chosen ahead (Synapse's config names it)."""
+    """`run.py --config` with delegation on, on a port chosen ahead (Synapse's config names it);
+    `extra` is appended to its config (more sections)."""
 
-    def __init__(self, folder: Path, port: int, public_url: str, synapse_url: str) -> None:
+    def __init__(self, folder: Path, port: int, public_url: str, synapse_url: str, extra: str = "") -> None:
         self.folder = folder
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
@@ -77,6 +81,7 @@ admins = ["{ADMIN}"]
 timeout = 2.0
 retry_interval = 0.5
 """
+            + extra
         )
         self.log_path = folder / "homeserver.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -125,12 +130,15 @@ retry_interval = 0.5
 
 
 class DelegationStack:
-    """This server, Synapse and nginx, started in the order the docs give (ours, Synapse, nginx)."""
+    """This server, Synapse and nginx, started in the order the docs give (ours, Synapse, nginx);
+    `extra_config` is appended to this server's config."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, extra_config: str = "") -> None:
         self.nginx_port, hs_port, synapse_port = free_port(), free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.nginx_port}"
-        self.homeserver = HomeserverProcess(folder, hs_port, self.url, f"http://127.0.0.1:{synapse_port}")
+        self.homeserver = HomeserverProcess(
+            folder, hs_port, self.url, f"http://127.0.0.1:{synapse_port}", extra_config
+        )
         self.synapse = Synapse(
             folder / "synapse", SERVER_NAME, port=synapse_port, public_baseurl=self.url + "/",
             mas_endpoint=f"http://127.0.0.1:{hs_port}/", mas_secret=SECRET,
@@ -193,3 +201,19 @@ class DelegationStack:
         result = self.homeserver.run_py("sessions", "list", user)
         assert result.returncode in (0, 1), result.stderr
         return sorted(line.split("\t")[0] for line in result.stdout.splitlines() if line.strip())
+
+
+Stack = TypeVar("Stack", bound=DelegationStack)
+
+
+def serve(kind: type[Stack], folder: Path) -> Iterator[Stack]:
+    """A fixture's body: `kind(folder)` for its tests, stopped afterwards. Skipped with the
+    reason when Synapse or nginx cannot be had, and failed for it when CI is set."""
+    try:
+        stack = kind(folder)
+    except (SynapseUnavailable, NginxUnavailable) as exc:
+        if ci():
+            pytest.fail(f"{exc} (CI is set: the Synapse tests must run)")
+        pytest.skip(str(exc))
+    yield stack
+    stack.stop()

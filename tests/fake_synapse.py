@@ -12,7 +12,10 @@ import json
 from typing import Any
 
 import tornado.web
+from tornado.httpserver import HTTPServer
+from tornado.testing import bind_unused_port
 
+from homeserver.context import HomeServer
 from homeserver.delegation.synapse import SynapseClient
 
 SECRET = "fake-synapse-shared-secret"
@@ -62,3 +65,13 @@ class FakeDelegation:
 
     async def allow_cross_signing_reset(self, localpart: str) -> None:
         await self.client.allow_cross_signing_reset(localpart)
+
+
+def serve_fake(hs: HomeServer, calls: Calls) -> HTTPServer:
+    """Start the fake on a port of its own (on the running loop) and point hs.delegation, the
+    account page's too, at it; the caller stops the server it returns."""
+    sock, port = bind_unused_port()
+    server = HTTPServer(fake_synapse_app(calls))
+    server.add_sockets([sock])
+    hs.delegation = hs.account_page.delegation = FakeDelegation(f"http://127.0.0.1:{port}")  # type: ignore[assignment]
+    return server

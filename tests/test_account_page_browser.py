@@ -19,7 +19,7 @@ from tornado.testing import bind_unused_port
 from homeserver.app import make_app
 from homeserver.context import HomeServer, build_homeserver, create_backend, create_session_store
 from tests.browser import chrome, shoot, submitted
-from tests.fake_synapse import Calls, FakeDelegation, fake_synapse_app
+from tests.fake_synapse import Calls, serve_fake
 from tests.servers import call
 
 WHOAMI = "/_matrix/client/v3/account/whoami"
@@ -49,12 +49,7 @@ class ThreadServer:
         sock, self.port = bind_unused_port()
         self.server = HTTPServer(make_app(self.hs))
         self.server.add_sockets([sock])
-        synapse_sock, synapse_port = bind_unused_port()
-        self.synapse = HTTPServer(fake_synapse_app(self.calls))
-        self.synapse.add_sockets([synapse_sock])
-        self.hs.delegation = self.hs.account_page.delegation = FakeDelegation(  # type: ignore[assignment]
-            f"http://127.0.0.1:{synapse_port}"
-        )
+        self.synapse = serve_fake(self.hs, self.calls)
 
     async def _stop(self) -> None:
         self.server.stop()

@@ -42,14 +42,19 @@ try {
 """
 
 
-@pytest.fixture(scope="module")
-def js_upload() -> tuple[str, str]:
-    """node, and a script uploading a master key with matrix-js-sdk (installed into .venv)."""
-    node, cache = install_js_sdk()
+def upload_script(node: str, cache: str) -> tuple[str, str]:
+    """node, and a script uploading a master key with matrix-js-sdk, written next to the
+    install_js_sdk() cache that gave them."""
     script = os.path.join(cache, "upload_master_key.mjs")
     with open(script, "w") as fh:
         fh.write(UPLOAD)
     return str(node), script
+
+
+@pytest.fixture(scope="module")
+def js_upload() -> tuple[str, str]:
+    """node, and a script uploading a master key with matrix-js-sdk (installed into .venv)."""
+    return upload_script(*install_js_sdk())
 
 
 def new_master_key() -> str:
@@ -89,9 +94,21 @@ def press(driver: Any, label: str) -> None:
     submitted(driver, button, Keys.ENTER)
 
 
-def test_cross_signing_reset_approved_in_the_browser(synapse_stack: DelegationStack, js_upload) -> None:
+def approve_reset(driver: Any, link: str, user: str) -> None:
+    """Follow Synapse's `m.oauth` link to our page, sign in and approve the cross-signing
+    reset with the password; the page says the client may reset now."""
     from selenium.webdriver.common.by import By
 
+    driver.get(link)
+    sign_in(driver, user)
+    assert driver.find_element(By.TAG_NAME, "h1").text == "Reset your cross-signing keys"
+    driver.find_element(By.ID, "password-reset").send_keys(password_of(user))
+    press(driver, "Approve the reset")
+    body = driver.find_element(By.TAG_NAME, "body").text
+    assert "For the next 10 minutes your Matrix client may reset" in body, body
+
+
+def test_cross_signing_reset_approved_in_the_browser(synapse_stack: DelegationStack, js_upload) -> None:
     stack = synapse_stack
     token = stack.login(RESETTER)["access_token"]
     # The first cross-signing keys need no approval.
@@ -109,13 +126,7 @@ def test_cross_signing_reset_approved_in_the_browser(synapse_stack: DelegationSt
 
     # The person follows the link (through nginx), signs in and approves with their password.
     with chrome() as driver:
-        driver.get(link)
-        sign_in(driver, RESETTER)
-        assert driver.find_element(By.TAG_NAME, "h1").text == "Reset your cross-signing keys"
-        driver.find_element(By.ID, "password-reset").send_keys(password_of(RESETTER))
-        press(driver, "Approve the reset")
-        body = driver.find_element(By.TAG_NAME, "body").text
-        assert "For the next 10 minutes your Matrix client may reset" in body, body
+        approve_reset(driver, link, RESETTER)
         shoot(driver, "20-synapse-cross-signing-approved")
 
     # The client's new master key is accepted now.

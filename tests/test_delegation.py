@@ -22,7 +22,7 @@ from homeserver.delegation.introspection import ADMIN_SCOPE
 from homeserver.delegation.introspection import introspect as run_introspection
 from homeserver.errors import ConfigError
 from homeserver.sessions import token_digest
-from tests.delegation_fakes import SECRET, FakeSynapse
+from tests.delegation_fakes import SECRET
 from tests.helpers import JWT_SECRET, assert_error, assert_json, record
 from tests.openapi import validate
 from tests.servers import ROOT
@@ -53,42 +53,18 @@ def scope(device: str, admin: bool = False) -> str:
 
 
 @pytest.fixture
-def synapse(io_loop):
-    fake = FakeSynapse()
-    fake.start()
-    yield fake
-    io_loop.run_sync(fake.stop)
-
-
-@pytest.fixture
 def delegated() -> bool:
     return True
 
 
 @pytest.fixture
 def delegation_section(synapse) -> dict:
-    return {
-        "enabled": True,
-        "synapse_url": synapse.url,
-        "secret": SECRET,
-        "admins": ["bob"],
-        "timeout": 0.5,
-        "retry_interval": 0.1,
-    }
+    return synapse.section(admins=["bob"], retry_interval=0.1)
 
 
 @pytest.fixture
 def config_overrides(delegated, delegation_section):
     return {"delegation": delegation_section} if delegated else {}
-
-
-@pytest.fixture
-def hs(config, backend, session_store, io_loop):
-    hs = build_homeserver(config, backend, session_store)
-    yield hs
-    if hs.delegation is not None:
-        io_loop.run_sync(hs.delegation.close)
-    hs.checker.close()
 
 
 async def introspect(fetch, token: str, headers: dict | None = None, **form) -> tuple[int, dict]:

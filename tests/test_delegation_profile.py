@@ -11,8 +11,6 @@ from tests.test_delegation import (  # noqa: F401  (fixtures)
     delegated,
     delegation_section,
     edit_users,
-    hs,
-    synapse,
 )
 
 
@@ -31,7 +29,7 @@ async def until(check, what: str) -> None:
         await asyncio.sleep(0.02)
 
 
-async def test_a_lock_and_an_unlock_reach_synapse_when_the_users_file_is_reloaded(login, synapse, hs, users_path):  # noqa: F811
+async def test_a_lock_and_an_unlock_reach_synapse_when_the_users_file_is_reloaded(login, synapse, hs, users_path):
     await login()
     assert synapse.users["alice"]["locked"] is False
     set_locked(users_path, True)
@@ -45,7 +43,7 @@ async def test_a_lock_and_an_unlock_reach_synapse_when_the_users_file_is_reloade
     assert synapse.names().count("provision_user") == 3
 
 
-async def test_the_sweep_tells_synapse_a_lock_no_reload_named(login, synapse, hs, users_path):  # noqa: F811
+async def test_the_sweep_tells_synapse_a_lock_no_reload_named(login, synapse, hs, users_path):
     await login()
     hs.backend.on_change = None  # as Redis and LDAP: nothing says the account changed
     set_locked(users_path, True)
@@ -59,14 +57,14 @@ async def test_the_sweep_tells_synapse_a_lock_no_reload_named(login, synapse, hs
     assert "provision_user" not in synapse.names()[calls:]
 
 
-async def test_a_user_who_never_logged_in_is_not_made_at_synapse_by_a_lock(synapse, hs, users_path):  # noqa: F811
+async def test_a_user_who_never_logged_in_is_not_made_at_synapse_by_a_lock(synapse, hs, users_path):
     set_locked(users_path, True)
     await hs.backend.reload()
     await asyncio.sleep(0.1)
     assert "alice" not in synapse.users and synapse.calls == []
 
 
-async def test_a_name_set_at_synapse_is_put_back_by_the_next_login(login, synapse):  # noqa: F811
+async def test_a_name_set_at_synapse_is_put_back_by_the_next_login(login, synapse):
     await login()
     synapse.users["alice"]["displayname"] = "Queen of Hearts"  # an admin renamed her there
     await login()
@@ -77,7 +75,7 @@ async def test_a_name_set_at_synapse_is_put_back_by_the_next_login(login, synaps
     assert synapse.names()[-2:] == ["query_user", "upsert_device"]
 
 
-async def test_a_display_name_synapse_strips_is_the_same_profile(login, synapse, users_path):  # noqa: F811
+async def test_a_display_name_synapse_strips_is_the_same_profile(login, synapse, users_path):
     edit_users(users_path, lambda users: [{**users[0], "display_name": "  Alice  "}, *users[1:]])
     await login()
     synapse.users["alice"]["displayname"] = synapse.users["alice"]["displayname"].strip()  # as Synapse keeps it

@@ -13,15 +13,7 @@ import pytest
 from homeserver import cli
 from homeserver.oauth import device
 from tests.backends.slapd import READER_DN, READER_PASSWORD, SUFFIX, crypt_bcrypt
-from tests.backends.test_account_state_ldap import (  # noqa: F401 - the fixtures, reused
-    admin,
-    directory,
-    ldap_extra,
-    mode,
-    replace,
-    session_extra,
-)
-from tests.backends.test_oauth_ldap import config_overrides  # noqa: F401 - LDAP users, OAuth on
+from tests.backends.test_oauth_ldap import admin, config_overrides, directory, replace  # noqa: F401 - LDAP, OAuth on
 from tests.helpers import JWT_SECRET, assert_error, assert_json
 from tests.oauth.device_helpers import DeviceClient, Person
 

@@ -7,14 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.backends.slapd import PEOPLE, READER_DN, READER_PASSWORD, SUFFIX, crypt_bcrypt
-from tests.backends.test_account_state_ldap import (  # noqa: F401 - the fixtures, reused
-    admin,
-    directory,
-    ldap_extra,
-    mode,
-    replace,
-    session_extra,
-)
+from tests.backends.test_account_state_ldap import admin, directory, replace  # noqa: F401 - its slapd, reused
 from tests.helpers import assert_error, assert_json
 from tests.oauth.conftest import OAuthClient
 
@@ -24,10 +17,9 @@ WHOAMI = "/_matrix/client/v3/account/whoami"
 
 
 @pytest.fixture
-def config_overrides(directory, ldap_extra, session_extra, mode):  # noqa: F811
-    ldap = {"uri": directory.uri, "base": SUFFIX, "bind_dn": READER_DN, "bind_password": READER_PASSWORD, "mode": mode}
-    return {"backend": {"type": "ldap"}, "backend.ldap": {**ldap, **ldap_extra}, "sessions": session_extra,
-            "oauth": {"enabled": True}}
+def config_overrides(directory):  # noqa: F811
+    ldap = {"uri": directory.uri, "base": SUFFIX, "bind_dn": READER_DN, "bind_password": READER_PASSWORD, "mode": "hash"}
+    return {"backend": {"type": "ldap"}, "backend.ldap": ldap, "oauth": {"enabled": True}}
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from tests.fake_synapse import Calls, FakeDelegation, fake_synapse_app
 from tests.helpers import DEFAULT_USERS, assert_error, assert_json, record
 from tests.page_client import CSP, PAGE, Browser, assert_page, set_cookies, text
 
@@ -21,11 +20,6 @@ pytestmark = pytest.mark.usefixtures("io_loop")
 WRONG = "Wrong name or password."
 DEVICES = "/_matrix/client/v3/devices"
 WHOAMI = "/_matrix/client/v3/account/whoami"
-
-
-@pytest.fixture
-def browser(fetch) -> Browser:
-    return Browser(fetch)
 
 
 async def api_login(login: Any, device_id: str, name: str = "") -> str:
@@ -427,23 +421,6 @@ async def test_expired_page_session(browser, signed_in, monkeypatch):
 
 
 # -- the cross-signing reset, against an in-process fake Synapse -------------------------
-
-
-@pytest.fixture
-def fake_synapse(hs, io_loop):
-    """An in-process fake Synapse, and hs.delegation calling it."""
-    from tornado.httpserver import HTTPServer
-    from tornado.testing import bind_unused_port
-
-    calls = Calls()
-    sock, port = bind_unused_port()
-    server = HTTPServer(fake_synapse_app(calls))
-    server.add_sockets([sock])
-    delegation = FakeDelegation(f"http://127.0.0.1:{port}")
-    hs.delegation = hs.account_page.delegation = delegation  # type: ignore[assignment]
-    yield calls
-    io_loop.run_sync(delegation.close)
-    server.stop()
 
 
 async def test_cross_signing_reset_approved(browser, signed_in, fake_synapse, caplog):

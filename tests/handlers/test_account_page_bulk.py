@@ -8,8 +8,6 @@ from typing import Any
 
 import pytest
 
-from homeserver.context import build_homeserver
-from tests.delegation_fakes import SECRET, FakeSynapse
 from tests.helpers import assert_error, assert_json
 from tests.page_client import Browser, assert_page
 
@@ -65,22 +63,8 @@ async def test_end_others_with_the_password(fetch, login):
 
 class TestDelegated:
     @pytest.fixture
-    def synapse(self, io_loop):
-        fake = FakeSynapse()
-        fake.start()
-        yield fake
-        io_loop.run_sync(fake.stop)
-
-    @pytest.fixture
     def config_overrides(self, synapse):
-        return {"delegation": {"enabled": True, "synapse_url": synapse.url, "secret": SECRET, "timeout": 0.5}}
-
-    @pytest.fixture
-    def hs(self, config, backend, session_store, io_loop):
-        hs = build_homeserver(config, backend, session_store)
-        yield hs
-        io_loop.run_sync(hs.delegation.close)
-        hs.checker.close()
+        return {"delegation": synapse.section()}
 
     async def test_no_empty_sync_from_a_cookie(self, fetch, login, synapse):
         browser = Browser(fetch)

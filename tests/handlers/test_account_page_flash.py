@@ -5,34 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fake_synapse import Calls, FakeDelegation, fake_synapse_app
-from tests.page_client import Browser, assert_page, set_cookies
+from tests.page_client import assert_page, set_cookies
 
 pytestmark = pytest.mark.usefixtures("io_loop")
 
 EVERYWHERE = "Every session of your account has ended"
 APPROVED = "For the next 10 minutes your Matrix client may reset"
 RESET = "org.matrix.cross_signing_reset"
-
-
-@pytest.fixture
-def browser(fetch) -> Browser:
-    return Browser(fetch)
-
-
-@pytest.fixture
-def fake_synapse(hs, io_loop):
-    from tornado.httpserver import HTTPServer
-    from tornado.testing import bind_unused_port
-
-    calls = Calls()
-    sock, port = bind_unused_port()
-    server = HTTPServer(fake_synapse_app(calls))
-    server.add_sockets([sock])
-    hs.delegation = hs.account_page.delegation = FakeDelegation(f"http://127.0.0.1:{port}")  # type: ignore[assignment]
-    yield calls
-    io_loop.run_sync(hs.delegation.close)
-    server.stop()
 
 
 async def test_crafted_notices_claim_nothing(browser):

@@ -10,8 +10,7 @@ from urllib.parse import quote
 
 import pytest
 
-from homeserver.context import build_homeserver
-from tests.delegation_fakes import SECRET, FakeSynapse
+from tests.delegation_fakes import SECRET
 from tests.helpers import assert_error, assert_json
 
 pytestmark = pytest.mark.usefixtures("io_loop")
@@ -69,22 +68,8 @@ async def test_good_tokens_still_work(fetch, login):
 
 class TestIntrospection:
     @pytest.fixture
-    def synapse(self, io_loop):
-        fake = FakeSynapse()
-        fake.start()
-        yield fake
-        io_loop.run_sync(fake.stop)
-
-    @pytest.fixture
     def config_overrides(self, synapse):
-        return {"delegation": {"enabled": True, "synapse_url": synapse.url, "secret": SECRET, "timeout": 0.5}}
-
-    @pytest.fixture
-    def hs(self, config, backend, session_store, io_loop):
-        hs = build_homeserver(config, backend, session_store)
-        yield hs
-        io_loop.run_sync(hs.delegation.close)
-        hs.checker.close()
+        return {"delegation": synapse.section()}
 
     @pytest.mark.parametrize("token", HOSTILE, ids=["nested", "nested-value", "nested-long", "array"])
     async def test_inactive(self, fetch, caplog, token):

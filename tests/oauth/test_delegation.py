@@ -9,8 +9,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from homeserver.context import build_homeserver
-from tests.delegation_fakes import SECRET, FakeSynapse
+from tests.delegation_fakes import SECRET
 from tests.handlers.test_account_state import edit_users
 from tests.helpers import DEFAULT_USERS, assert_json
 
@@ -20,26 +19,8 @@ FORM = {"Authorization": f"Bearer {SECRET}", "Content-Type": "application/x-www-
 
 
 @pytest.fixture
-def synapse(io_loop):
-    fake = FakeSynapse()
-    fake.start()
-    yield fake
-    io_loop.run_sync(fake.stop)
-
-
-@pytest.fixture
 def config_overrides(synapse):
-    delegation = {"enabled": True, "synapse_url": synapse.url, "secret": SECRET, "timeout": 0.5, "retry_interval": 0.1}
-    return {"oauth": {"enabled": True}, "delegation": delegation}
-
-
-@pytest.fixture
-def hs(config, backend, session_store, io_loop):
-    hs = build_homeserver(config, backend, session_store)
-    yield hs
-    if hs.delegation is not None:
-        io_loop.run_sync(hs.delegation.close)
-    hs.checker.close()
+    return {"oauth": {"enabled": True}, "delegation": synapse.section(retry_interval=0.1)}
 
 
 async def introspect(fetch, token: str, **form: str) -> dict:

@@ -9,12 +9,12 @@ import pytest
 from homeserver.oauth import device
 from tests.helpers import assert_json
 from tests.oauth.device_helpers import DeviceClient, Person
-from tests.oauth.test_delegation import config_overrides, hs, synapse  # noqa: F401 - the fake Synapse
+from tests.oauth.test_delegation import config_overrides  # noqa: F401 - pointed at the fake Synapse
 
 pytestmark = pytest.mark.usefixtures("io_loop")
 
 
-async def test_synapse_away_at_the_poll_is_503_and_the_approval_stands(fetch, synapse, monkeypatch):  # noqa: F811
+async def test_synapse_away_at_the_poll_is_503_and_the_approval_stands(fetch, synapse, monkeypatch):
     monkeypatch.setattr(device, "INTERVAL", 0)
     client, person = DeviceClient(fetch), Person(fetch)
     codes = await client.codes("SYNDEVICE")

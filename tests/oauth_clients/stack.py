@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.delegation_stack import SECRET, SERVER_NAME, DelegationStack, HomeserverProcess
-from tests.nginx import Nginx
-from tests.synapse import Synapse, free_port
+from tests.delegation_stack import DelegationStack
 
 # Long enough for Synapse's start-up chatter, short enough that a chat sees a refresh.
 LIFETIME = 20
@@ -18,21 +16,4 @@ class OAuthStack(DelegationStack):
     """DelegationStack's parts in its order (ours, Synapse, nginx), OAuth on at ours."""
 
     def __init__(self, folder: Path) -> None:
-        self.nginx_port, hs_port, synapse_port = free_port(), free_port(), free_port()
-        self.url = f"http://127.0.0.1:{self.nginx_port}"
-        self.homeserver = HomeserverProcess(folder, hs_port, self.url, f"http://127.0.0.1:{synapse_port}")
-        with open(self.homeserver.config, "a") as fh:
-            fh.write(f"[oauth]\nenabled = true\naccess_token_lifetime = {LIFETIME}\n")
-        self.synapse = Synapse(
-            folder / "synapse", SERVER_NAME, port=synapse_port, public_baseurl=self.url + "/",
-            mas_endpoint=f"http://127.0.0.1:{hs_port}/", mas_secret=SECRET,
-        )
-        self.nginx: Nginx | None = None
-        self._admin_token: str | None = None
-        try:
-            self.homeserver.start()
-            self.synapse.start()
-            self.nginx = Nginx(folder / "nginx", self.nginx_port, hs_port, synapse_port)
-        except BaseException:
-            self.stop()
-            raise
+        super().__init__(folder, f"[oauth]\nenabled = true\naccess_token_lifetime = {LIFETIME}\n")

@@ -11,12 +11,11 @@ be routed to us there."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 
-from tests.delegation_stack import password_of
+from tests.delegation_stack import password_of, serve
 from tests.oauth_clients.node import chromium_person, js_sdk_script, run_flow
 from tests.oauth_clients.stack import LIFETIME, OAuthStack
 from tests.synapse import http
@@ -27,18 +26,7 @@ SENDER, RECEIVER = "carol", "dave"
 @pytest.fixture(scope="module")
 def oauth_stack(tmp_path_factory) -> Iterator[OAuthStack]:
     """Skipped with the reason when Synapse or nginx cannot be had, failed for it under CI."""
-    from tests.helpers import ci
-    from tests.nginx import NginxUnavailable
-    from tests.synapse import SynapseUnavailable
-
-    try:
-        stack = OAuthStack(tmp_path_factory.mktemp("oauth-synapse-stack"))
-    except (SynapseUnavailable, NginxUnavailable) as exc:
-        if ci():
-            pytest.fail(f"{exc} (CI is set: the Synapse tests must run)")
-        pytest.skip(str(exc))
-    yield stack
-    stack.stop()
+    yield from serve(OAuthStack, tmp_path_factory.mktemp("oauth-synapse-stack"))
 
 
 def test_synapse_answers_our_metadata_as_its_own(oauth_stack: OAuthStack) -> None:
@@ -85,19 +73,19 @@ def test_an_oauth_user_resets_cross_signing_approved_on_our_page(oauth_stack: OA
     """Synapse's `m.oauth` stage (MSC4312) for an OAuth session: the link is our account page
     from our metadata; the person approves there in Chromium; the client's new master key is
     then taken."""
-    from selenium.webdriver.common.by import By
-
     from tests.browser import chrome
     from tests.js_sdk import install_js_sdk
     from tests.oauth_clients.flow import OAuthClient
-    from tests.test_account_page_synapse import UPLOAD, master_key_at_synapse, new_master_key, press, sign_in, upload
+    from tests.test_account_page_synapse import (
+        approve_reset,
+        master_key_at_synapse,
+        new_master_key,
+        upload,
+        upload_script,
+    )
 
     user = "erin"
-    node, cache = install_js_sdk()
-    script = os.path.join(cache, "upload_master_key.mjs")
-    with open(script, "w") as fh:
-        fh.write(UPLOAD)
-    js = (node, script)
+    js = upload_script(*install_js_sdk())
     client = OAuthClient(oauth_stack.url, client_name="cross-signing test")
     token = client.sign_in(user, password_of(user)).access_token
     first = new_master_key()
@@ -109,13 +97,7 @@ def test_an_oauth_user_resets_cross_signing_approved_on_our_page(oauth_stack: OA
     assert link.startswith(client.metadata["account_management_uri"]), (link, client.metadata)
     assert "action=org.matrix.cross_signing_reset" in link
     with chrome() as driver:
-        driver.get(link)
-        sign_in(driver, user)
-        assert driver.find_element(By.TAG_NAME, "h1").text == "Reset your cross-signing keys"
-        driver.find_element(By.ID, "password-reset").send_keys(password_of(user))
-        press(driver, "Approve the reset")
-        body = driver.find_element(By.TAG_NAME, "body").text
-        assert "For the next 10 minutes your Matrix client may reset" in body, body
+        approve_reset(driver, link, user)
     assert upload(js, oauth_stack, token, user, second) == {"status": 200}
     assert master_key_at_synapse(oauth_stack, token, user) == [second]
 
