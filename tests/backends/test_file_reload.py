@@ -130,3 +130,25 @@ async def test_token_of_a_removed_user_is_rejected(fetch, login, backend, users_
     assert await backend.reload() is True
     assert_error(await fetch("/_matrix/client/v3/account/whoami", token=token), 401, "M_UNKNOWN_TOKEN")
     assert_error(await fetch("/_matrix/client/v3/profile/@alice:localhost"), 404, "M_NOT_FOUND")
+
+
+@pytest.mark.parametrize("local", [True, False], ids=["stat-on-the-loop", "stat-off-the-loop"])
+async def test_a_lookup_sees_a_changed_file_without_waiting_for_the_poll(users_path, monkeypatch, local):
+    """The lookup's own check (every FRESHNESS seconds): on a local disk a stat on the loop, on
+    a network filesystem a round trip to a thread; either way the next lookup sees the change,
+    while the poll itself runs once a minute."""
+    monkeypatch.setattr("backends.file.on_local_disk", lambda path: local)
+    monkeypatch.setattr("backends.file.FRESHNESS", 0.0)
+    backend = FileBackend(users_path, reload_interval=60)
+    await backend.start()
+    try:
+        assert backend._stat_inline is local
+        assert (await backend.get_user("alice")).locked is False
+        write_users(users_path, [record("alice", locked=True), record("carol")])
+        assert (await backend.get_user("alice")).locked is True
+        assert (await backend.get_user("carol")).name == "carol"
+        write_users(users_path, [record("alice")])
+        assert await backend.get_user("carol") is None
+    finally:
+        await backend.close()
+
