@@ -158,7 +158,8 @@ class FileBackend(UserBackend):
             with contextlib.suppress(OSError):
                 warn_if_exposed("backend.file.path", self.path, os.stat(self.path).st_mode, exposed=stat.S_IRWXO)
         if self.reload_interval > 0 and self._poller is None:
-            self._stat_inline = on_local_disk(self.path)
+            # Read off the loop as the file is: the mount table is small, but start() is a coroutine.
+            self._stat_inline = await asyncio.get_running_loop().run_in_executor(None, on_local_disk, self.path)
             self._poller = PeriodicCallback(self._poll, self.reload_interval * 1000, jitter=0.1)
             self._poller.start()
 
