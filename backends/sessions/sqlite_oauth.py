@@ -89,19 +89,19 @@ class SqliteOAuthStore(SqliteDeviceCodes, OAuthStore):
         return self._db.read(sql, args)
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        """`work` in one write transaction on the session store's writer thread."""
+        """`work` in one write transaction on the session store's writer thread (the file's
+        own transaction: a failed COMMIT is rolled back there)."""
+
+        def both(conn: sqlite3.Connection) -> T:
+            result = work(conn)
+            self._maybe_purge(conn)
+            return result
+
+        transaction = self._db.transaction(both)
 
         def run() -> T:
-            conn = self._schema()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                result = work(conn)
-                self._maybe_purge(conn)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            return result
+            self._schema()
+            return transaction()
 
         result: T = await self._write(run)
         return result

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from backends.base import StoreUnavailable
 from backends.sessions import Session, create_session_store
 from backends.sessions.oauth import Grant
 from backends.sessions.oauth_stores import create_oauth_store
@@ -205,3 +206,21 @@ async def test_a_take_is_given_back_only_while_no_other_came(oauth_store):
     await oauth_store.give_back_code("back", 1)  # a second use came: nothing given back
     assert (await oauth_store.take_code("back"))[1] == 3
     await oauth_store.give_back_code("unknown", 1)
+
+
+async def test_a_failed_commit_of_an_oauth_write_is_rolled_back(sqlite_store):
+    """A COMMIT that fails (busy, disk full: SQLite leaves the transaction open) is rolled
+    back, as every write of the session store's file is: nothing of it stays, and the writer
+    (shared with the sessions) is not left holding the write lock."""
+    from tests.backends.test_sqlite_changes import CommitFailsOnce
+
+    oauth = create_oauth_store(sqlite_store)
+    await oauth.add_client("c0", {"client_name": "first"}, 60)  # the tables exist
+    sqlite_store.db._write_conn = CommitFailsOnce(sqlite_store.db._write_conn)
+    with pytest.raises(StoreUnavailable):
+        await oauth.add_client("c1", {"client_name": "lost"}, 60)
+    assert not sqlite_store.db._write_conn.in_transaction
+    await oauth.add_client("c2", {"client_name": "kept"}, 60)
+    await sqlite_store.open(Session("h1", "alice", "D1", 1, "10.0.0.1", 1), None)
+    assert await oauth.client("c1") is None
+    assert (await oauth.client("c2"))["client_name"] == "kept"
