@@ -157,9 +157,11 @@ class TokenEndpoint:
             raise invalid_grant("the account is gone")
         if user.locked:
             raise invalid_grant("the account is locked")
-        fingerprint = oauth.credentials.of(user)
-        if (fingerprint.identity, fingerprint.password) != (record["identity_fp"], record["password_fp"]):
+        # The one fingerprint rule of every session (a secret rotated since, `[sessions]
+        # end_on_password_change`), as the account page's sign-in and the auth step apply it.
+        if oauth.credentials.changed(record["identity_fp"], record["password_fp"], user) is not None:
             raise invalid_grant("the account's password changed since the sign-in")
+        fingerprint = oauth.credentials.of(user)  # the grant's session carries today's digests
         access = oauth.tokens.issue(user.name, device_id)
         refresh = new_token(REFRESH_PREFIX)
         now = now_ms()

@@ -140,3 +140,25 @@ class TestShortLifetime:
         assert resp.status == 200, resp
         invalid_grant(await client.refresh(tokens["refresh_token"]))
         assert await hs.devices.list_devices("alice") == []
+
+
+async def test_a_sign_in_made_before_a_secret_rotation_is_exchanged(client, hs):
+    """The code's fingerprints follow the one rule of every session (Credentials.changed): made
+    under the secret that a rotation since made the previous one, they still match; a
+    password changed since is still refused."""
+    from homeserver.credentials import Credentials
+
+    code, _ = await client.code()
+    old = hs.oauth.credentials
+    hs.oauth.credentials = Credentials("a rotated secret", [hs.tokens.secret])
+    try:
+        tokens = assert_json(await client.exchange(code))
+        assert_json(await client.refresh(tokens["refresh_token"]))
+    finally:
+        hs.oauth.credentials = old
+
+
+async def test_a_password_changed_between_sign_in_and_exchange_is_invalid_grant(client, backend, users_path):
+    code, _ = await client.code()
+    await edit_users(backend, users_path, with_alice(password=hex_hash("new password")))
+    invalid_grant(await client.exchange(code))
