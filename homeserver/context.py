@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import backends
 import backends.sessions
 from backends.base import StoreUnavailable, UserBackend
-from backends.sessions import DelegationState, RateBuckets, SessionStore, buckets_of, delegation_state_of
+from backends.sessions import SessionStore, buckets_of, delegation_state_of
 from backends.sessions.pages import PageSessions, page_sessions_for
 from homeserver.account_page import AccountPage
 from homeserver.auth import Auth
@@ -64,13 +64,8 @@ class HomeServer:
     # The OAuth 2.0 API (homeserver.oauth); None when `[oauth]` is off.
     oauth: OAuth | None = field(init=False)
     account_page: AccountPage = field(init=False)
-    # The session store's other jobs, each seen through its interface (the same object).
-    buckets: RateBuckets = field(init=False)
-    delegation_state: DelegationState = field(init=False)
 
     def __post_init__(self) -> None:
-        self.buckets = buckets_of(self.sessions.store)
-        self.delegation_state = delegation_state_of(self.sessions.store)
         self.users = Users(self.backend, self.metrics)
         if self.credentials is None:
             self.credentials = Credentials(

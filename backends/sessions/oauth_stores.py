@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from backends.sessions.base import SessionStore
 from backends.sessions.oauth import OAuthStore
-from backends.sessions.redis import RedisSessionStore
 from backends.sessions.sqlite import SqliteSessionStore
 from backends.sessions.sqlite_oauth import SqliteOAuthStore
 
@@ -16,6 +15,9 @@ def create_oauth_store(sessions: SessionStore) -> OAuthStore:
     # connection of the SQLite file, the connection and key layout of the Redis.
     if isinstance(sessions, SqliteSessionStore):
         return SqliteOAuthStore(sessions)
+    # Imported only for Redis sessions: the Redis client costs ~0.1 s at every start otherwise.
+    from backends.sessions.redis import RedisSessionStore
+
     if isinstance(sessions, RedisSessionStore):
         from backends.sessions.redis_oauth import RedisOAuthStore
 
