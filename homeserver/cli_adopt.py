@@ -12,17 +12,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 from collections.abc import Callable
 
 from backends.base import User
 from backends.sessions.base import SessionStore
-from homeserver.cli_stores import stores, user_backend
+from homeserver.cli_stores import server_credentials, stores, user_backend
 from homeserver.config import Config, load_config
 from homeserver.credentials import Credentials
-from homeserver.errors import ConfigError
 from homeserver.names import user_id
-from homeserver.tokens import load_secret
 from homeserver.users import Users
 
 
@@ -30,22 +27,9 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def _credentials(config: Config) -> Credentials:
-    """The fingerprints' keys, from the token signing secret a server made (never a new one)."""
-    if not config.get("auth", "jwt_secret") and not os.path.exists(
-        config.resolve_path(config.get("auth", "secret_file"))
-    ):
-        raise ConfigError("auth.secret_file: no token signing secret yet: no server has run with this config here")
-    return Credentials(
-        load_secret(config),
-        config.get("auth", "previous_jwt_secrets"),
-        end_on_password_change=config.get("sessions", "end_on_password_change"),
-    )
-
-
 async def adopt(new_config: Config, old_config: Config, apply: bool, out: Callable[[str], None]) -> None:
     """Say, per user with open sessions, what carrying them over does (and with `apply`, do it)."""
-    credentials = _credentials(new_config)
+    credentials = server_credentials(new_config)
     server_name = new_config.get("server", "server_name")
     carried: dict[str, int] = {}
     missing: list[str] = []

@@ -19,16 +19,15 @@ import sys
 from backends.sessions import delegation_state_of
 from homeserver import audit
 from homeserver.cli_sessions import UnknownTarget
-from homeserver.cli_stores import stores
+from homeserver.cli_stores import server_credentials, server_secret, stores
 from homeserver.config import Config, load_config
-from homeserver.credentials import Credentials
 from homeserver.delegation import Delegation, load_delegation_settings
 from homeserver.errors import MatrixError
 from homeserver.logs import setup_cli_logging
 from homeserver.names import local_name, user_id
 from homeserver.oauth.scopes import DEVICE_ID
 from homeserver.sessions import REPLACED, Sessions
-from homeserver.tokens import TokenIssuer, load_secret
+from homeserver.tokens import TokenIssuer
 from homeserver.users import Users
 
 MAX_LIFETIME = 10 * 365 * 86400  # seconds: ten years is "until revoked" spelled out
@@ -42,18 +41,17 @@ class IssueRefused(Exception):
 async def issue(config: Config, name: str, device_id: str, lifetime: int) -> str:
     """Open the session and return its access token (see the module's text)."""
     server_name = config.get("server", "server_name")
+    secret = server_secret(config)  # before anything opens: no new secret, no store touched
     async with stores(config) as (backend, store):
         user = await Users(backend).get(name)
         if user is None:
             raise UnknownTarget(f"unknown user {name!r}")
         if user.locked:
             raise IssueRefused(f"{user_id(name, server_name)} is locked: unlock the account first")
-        secret = load_secret(config)
-        previous = config.get("auth", "previous_jwt_secrets")
-        fingerprint = Credentials(
-            secret, previous, end_on_password_change=config.get("sessions", "end_on_password_change")
-        ).of(user)
-        token = TokenIssuer(secret, lifetime, previous=previous).issue(user.name, device_id)
+        fingerprint = server_credentials(config, secret).of(user)
+        token = TokenIssuer(secret, lifetime, previous=config.get("auth", "previous_jwt_secrets")).issue(
+            user.name, device_id
+        )
         sessions = Sessions(store, lifetime=lifetime)
         settings = load_delegation_settings(config)
         delegation = (

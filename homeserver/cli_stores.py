@@ -3,6 +3,8 @@
 `user_backend` gives the user backend alone (add-user, lock, unlock); `stores` gives it
 with the session store of a server that has run with this config (sessions, delegation
 sync). Leaving the `async with` closes what was opened, in reverse order, on any error.
+`server_secret` and `server_credentials` give the token signing secret such a server made,
+and the credential fingerprints made with it, never a new one.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from backends.file import FileBackend
 from backends.sessions.base import SessionStore
 from homeserver.config import Config
 from homeserver.context import create_backend, create_session_store
+from homeserver.credentials import Credentials
 from homeserver.errors import ConfigError
+from homeserver.tokens import load_secret
 
 
 @contextlib.asynccontextmanager
@@ -60,3 +64,22 @@ def _check_session_store_exists(config: Config) -> None:
             f"sessions.sqlite.path: {path} does not exist: no server has run with this config here "
             f"(under systemd, run as the service user with STATE_DIRECTORY set, see docs/operations.md)"
         )
+
+
+def server_secret(config: Config) -> str:
+    """The token signing secret of a server that has run with this config: a command must not
+    make a new one (its tokens and fingerprints would be refused by that server)."""
+    if not config.get("auth", "jwt_secret") and not os.path.exists(
+        config.resolve_path(config.get("auth", "secret_file"))
+    ):
+        raise ConfigError("auth.secret_file: no token signing secret yet: no server has run with this config here")
+    return load_secret(config)
+
+
+def server_credentials(config: Config, secret: str | None = None) -> Credentials:
+    """The credential fingerprints' keys of that server (`secret`: server_secret, read already)."""
+    return Credentials(
+        secret if secret is not None else server_secret(config),
+        config.get("auth", "previous_jwt_secrets"),
+        end_on_password_change=config.get("sessions", "end_on_password_change"),
+    )

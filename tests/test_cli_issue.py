@@ -83,3 +83,18 @@ def test_refusals_are_one_line_and_exit_1(server, conf):
     assert "unknown user 'nobody'" in issue(conf, "nobody", "--device", "BOT").stderr
     missing = run_py("sessions", "issue", "alice", "--config", conf)
     assert missing.returncode == 2  # --device is required (argparse)
+
+
+def test_without_the_servers_secret_nothing_is_issued_and_no_secret_made(server, conf, tmp_path):
+    """A config whose signing secret no server made here (a secret file that is not there):
+    one line, and neither a new secret (its token would be refused) nor a session."""
+    other = tmp_path / "other.toml"
+    with open(conf, encoding="utf-8") as fh:
+        text = fh.read()
+    other.write_text(text.replace('jwt_secret = "', 'secret_file = "missing.key"\n# jwt_secret = "'))
+    done = issue(str(other), "alice", "--device", "BOT")
+    assert done.returncode != 0 and done.stdout == "", done
+    assert "no token signing secret" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "missing.key").exists()
+    listed = run_py("sessions", "list", "--config", conf)
+    assert "BOT" not in listed.stdout
