@@ -117,4 +117,3 @@ def add_command(actions: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--lifetime", type=int, metavar="SECONDS", help="the token expires after this long (default: until revoked)"
     )
     issue_parser.set_defaults(func=cmd_issue)
-    actions.metavar = "{" + ",".join(actions.choices) + "}"

@@ -131,7 +131,7 @@ def add_commands(
 ) -> argparse._SubParsersAction[argparse.ArgumentParser]:
     """Add `sessions list` and `sessions revoke` to the command line; the `sessions` actions."""
     parser = command("sessions", "list or end a user's sessions (works on a running server's store)")
-    sub = parser.add_subparsers(title="actions", metavar="{list,revoke,adopt}", required=True)
+    sub = parser.add_subparsers(title="actions", required=True)
     ls = sub.add_parser("list", help="one line per device: device id, display name, last address, last seen (UTC)")
     ls.add_argument("name", help="account name or user ID")
     ls.add_argument("--config", default=argparse.SUPPRESS, help="TOML config file")

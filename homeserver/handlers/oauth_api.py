@@ -8,6 +8,8 @@ import logging
 import urllib.parse
 from typing import Any
 
+from tornado.web import HTTPError
+
 from homeserver.errors import M_TOO_LARGE, M_UNRECOGNIZED, MatrixError, StoreUnavailable, unrecognized
 from homeserver.handlers.body import BodyHandler
 from homeserver.jsonio import decode_json_object, encode_json
@@ -24,6 +26,9 @@ NO_STORE = (("Cache-Control", "no-store"), ("Pragma", "no-cache"))
 
 class OAuthApiHandler(BodyHandler):
     """OAuth's error bodies; the OAuth service or 404."""
+
+    # An OAuthError is the answer (write_error says it), not a fault to log.
+    expected_errors = (HTTPError, OAuthError)
 
     def oauth(self) -> OAuth:
         if self.hs.oauth is None:
@@ -74,11 +79,6 @@ class OAuthApiHandler(BodyHandler):
         for name, value in NO_STORE:
             self.set_header(name, value)
         self.finish(encode_json(error.body()))
-
-    def log_exception(self, typ: Any, value: BaseException | None, tb: Any) -> None:
-        if isinstance(value, OAuthError):
-            return
-        super().log_exception(typ, value, tb)
 
 
 class RegistrationHandler(OAuthApiHandler):
