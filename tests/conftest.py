@@ -30,11 +30,13 @@ Fetch = Callable[..., Awaitable[Response]]
 TIER_FIXTURES = {
     "redis": {"redis_server", "redis_url", "redis_users", "redis_cluster", "sentinel_setup"},
     "ldap": {"slapd"},
-    "synapse": {"synapse_stack"},
+    "synapse": {"synapse_stack", "synapse_schema_sqlite", "synapse_schema_postgres", "synapse_db",
+                "synapse_before"},
+    "postgres": {"postgres_cluster"},
     "browser": {"driver", "axe_source"},
     "node": {"js_sdk", "js_chat", "js_upload", "axe_source"},
 }
-TIER_PARAMS = {"redis": "redis", "ldap": "ldap"}
+TIER_PARAMS = {"redis": "redis", "ldap": "ldap", "postgres": "postgres"}
 TIER_CALLS = {"browser": {"chrome"}, "node": {"install_js_sdk"}}
 # A per-test limit above pytest.ini's default: a real Synapse starts (and, the first time,
 # its virtualenv is made) inside the test that first needs it.
