@@ -1,0 +1,99 @@
+"""Fixtures of the migration tests: a private PostgreSQL cluster, Synapse's schema made by the
+pinned Synapse on SQLite and on PostgreSQL (once per session, copied per test), and
+`synapse_db`, an empty Synapse database of either kind for a test to fill."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backends.synapse.config import DatabaseSettings, database_settings
+from tests.helpers import ci
+from tests.support.postgres import PostgresCluster, PostgresUnavailable
+from tests.support.synapse_schema import SynapseRows, create_schema
+from tests.synapse import SynapseUnavailable
+
+TEMPLATE = "synapse_template"
+_names = itertools.count(1)
+
+
+def unavailable(exc: Exception) -> None:
+    """Skip for want of a real part, but fail on CI, where every part must be there."""
+    if ci():
+        pytest.fail(f"{exc} (CI is set: the migration tests must run)")
+    pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[PostgresCluster]:
+    """One private PostgreSQL cluster for the session, on a free port."""
+    try:
+        cluster = PostgresCluster()
+        cluster.start()
+    except PostgresUnavailable as exc:
+        unavailable(exc)
+    yield cluster
+    cluster.cleanup()
+
+
+@pytest.fixture(scope="session")
+def synapse_schema_sqlite(tmp_path_factory) -> Path:
+    """An empty SQLite database with Synapse's schema (made once; tests copy it)."""
+    folder = tmp_path_factory.mktemp("synapse-schema-sqlite")
+    path = folder / "homeserver.db"
+    try:
+        create_schema(folder, {"name": "sqlite3", "args": {"database": str(path)}})
+    except SynapseUnavailable as exc:
+        unavailable(exc)
+    return path
+
+
+@pytest.fixture(scope="session")
+def synapse_schema_postgres(tmp_path_factory, postgres_cluster) -> str:
+    """A PostgreSQL database with Synapse's schema, the template of each test's own."""
+    postgres_cluster.create_database(TEMPLATE)
+    database = {"name": "psycopg2", "args": postgres_cluster.args(TEMPLATE)}
+    try:
+        create_schema(tmp_path_factory.mktemp("synapse-schema-postgres"), database)
+    except SynapseUnavailable as exc:
+        unavailable(exc)
+    return TEMPLATE
+
+
+@dataclass
+class SchemaDatabase:
+    """An empty Synapse database for one test: `rows` writes into it, `settings` reads it."""
+
+    kind: str
+    section: dict[str, Any]  # Synapse's `database:` section for it
+    settings: DatabaseSettings
+    rows: SynapseRows
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def synapse_db(request, tmp_path) -> Iterator[SchemaDatabase]:
+    if request.param == "sqlite":
+        path = tmp_path / "homeserver.db"
+        shutil.copy(request.getfixturevalue("synapse_schema_sqlite"), path)
+        section: dict[str, Any] = {"name": "sqlite3", "args": {"database": str(path)}}
+        connection: Any = sqlite3.connect(path)
+    else:
+        import psycopg
+
+        cluster = request.getfixturevalue("postgres_cluster")
+        name = f"synapse_{next(_names)}"
+        cluster.create_database(name, template=request.getfixturevalue("synapse_schema_postgres"))
+        section = {"name": "psycopg2", "args": cluster.args(name)}
+        connection = psycopg.connect(cluster.conninfo(name))
+    rows = SynapseRows(connection, postgres=request.param == "postgres")
+    yield SchemaDatabase(request.param, section, database_settings({"database": section}, str(tmp_path)), rows)
+    connection.close()
+    if request.param == "postgres":
+        cluster.drop_database(name)
