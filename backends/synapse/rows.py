@@ -60,7 +60,9 @@ class TokenFate(Enum):
 
     LIVE = "live"  # Synapse accepts it now: carried
     EXPIRED = "expired"  # access token past valid_until_ms, refresh token past expiry_ts
-    IMPERSONATION = "impersonation"  # an admin's token acting as another user (puppets_user_id)
+    # An admin's token acting as another user: Synapse keeps it under the admin's user_id,
+    # with no device, and names the user acted as in puppets_user_id.
+    IMPERSONATION = "impersonation"
     NO_DEVICE = "no device"  # no device id, or its device is gone: Synapse under delegation refuses it
     SUPERSEDED = "superseded"  # a refresh token rotated, whose successor is not used yet: still accepted
     SPENT = "spent"  # a refresh token rotated, whose successor was used: refused

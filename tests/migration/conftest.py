@@ -1,6 +1,7 @@
 """Fixtures of the migration tests: a private PostgreSQL cluster, Synapse's schema made by the
-pinned Synapse on SQLite and on PostgreSQL (once per session, copied per test), and
-`synapse_db`, an empty Synapse database of either kind for a test to fill."""
+pinned Synapse on SQLite and on PostgreSQL (once per session, copied per test),
+`synapse_db`, an empty Synapse database of either kind for a test to fill, and
+`synapse_before`, a real Synapse on either that made its own state (once per session)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,14 @@ from typing import Any
 import pytest
 
 from backends.synapse.config import DatabaseSettings, database_settings
+from tests.backends.slapd import Slapd, slapd
 from tests.helpers import ci
 from tests.support.postgres import PostgresCluster, PostgresUnavailable
+from tests.support.synapse_before import BeforeState, SynapseBefore, make_state
 from tests.support.synapse_schema import SynapseRows, create_schema
 from tests.synapse import SynapseUnavailable
+
+__all__ = ["slapd"]  # the test directory, for matrix-synapse-ldap3 and the LDAP store
 
 TEMPLATE = "synapse_template"
 _names = itertools.count(1)
@@ -97,3 +102,41 @@ def synapse_db(request, tmp_path) -> Iterator[SchemaDatabase]:
     connection.close()
     if request.param == "postgres":
         cluster.drop_database(name)
+
+
+@dataclass
+class Before:
+    """A stopped Synapse that made its own state (tests/support/synapse_before.py)."""
+
+    kind: str
+    synapse: SynapseBefore
+    state: BeforeState
+    slapd: Slapd
+
+    @property
+    def config_path(self) -> Path:
+        return self.synapse.config_path
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgres"])
+def synapse_before(request, tmp_path_factory, slapd) -> Iterator[Before]:
+    """Synapse on SQLite or PostgreSQL with matrix-synapse-ldap3 on the test slapd, brought
+    into its state by its own APIs, then stopped (the migration reads a stopped Synapse)."""
+    folder = tmp_path_factory.mktemp(f"synapse-before-{request.param}")
+    database = None
+    if request.param == "postgres":
+        cluster = request.getfixturevalue("postgres_cluster")
+        cluster.create_database("synapse_before")
+        database = {"name": "psycopg2", "args": {**cluster.args("synapse_before"), "cp_min": 1, "cp_max": 5}}
+    synapse = SynapseBefore(folder, database=database, ldap_uri=slapd.uri)
+    try:
+        synapse.start()
+    except SynapseUnavailable as exc:
+        synapse.stop()
+        unavailable(exc)
+    try:
+        state = make_state(synapse)
+    finally:
+        synapse.stop()
+    yield Before(request.param, synapse, state, slapd)
+    synapse.stop()
