@@ -81,6 +81,12 @@ class SchemaDatabase:
     settings: DatabaseSettings
     rows: SynapseRows
 
+    def finish(self) -> None:
+        """Commit and, for SQLite, close: as a stopped Synapse leaves it (no -wal file)."""
+        self.rows.commit()
+        if self.kind == "sqlite":
+            self.rows.conn.close()
+
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def synapse_db(request, tmp_path) -> Iterator[SchemaDatabase]:
