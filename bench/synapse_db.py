@@ -155,7 +155,7 @@ def main() -> int:
         report("SQLite", made, results["sqlite"])
         targets.append(target("synapse_read", results["sqlite"]["accounts"]["seconds"], name="SQLite: read every account"))
         try:
-            cluster = PostgresCluster()
+            cluster = PostgresCluster(str(folder / "postgres-cluster") if args.keep else None)
             cluster.start()
         except PostgresUnavailable as exc:
             print(f"\nPostgreSQL skipped: {exc}")
@@ -185,6 +185,7 @@ def main() -> int:
     finally:
         if cluster is not None and args.keep:
             cluster.stop()
+            print(f"kept: {folder / 'homeserver.db'} and the PostgreSQL cluster in {cluster.data} (database synapse)")
         elif cluster is not None:
             cluster.cleanup()
         if not args.keep:

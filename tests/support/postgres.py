@@ -48,7 +48,9 @@ def free_port() -> int:
 class PostgresCluster:
     """One cluster: `start()`, then `args(dbname)` for libpq, `create_database`, `stop()`."""
 
-    def __init__(self) -> None:
+    def __init__(self, folder: str | None = None) -> None:
+        """`folder`: where the cluster lives (made; its parents must be traversable by the
+        postgres user); by default a new one under the system temp folder."""
         self.bin = binaries()
         self.run_as: dict[str, Any] = {}
         if os.geteuid() == 0:
@@ -57,7 +59,11 @@ class PostgresCluster:
             except KeyError:
                 raise PostgresUnavailable("running as root, and there is no postgres user to run PostgreSQL as") from None
             self.run_as = {"user": account.pw_uid, "group": account.pw_gid}
-        self.folder = tempfile.mkdtemp(prefix="homeserver-pg-")
+        if folder is None:
+            folder = tempfile.mkdtemp(prefix="homeserver-pg-")
+        else:
+            os.makedirs(folder, mode=0o700)
+        self.folder = folder
         if self.run_as:
             os.chown(self.folder, self.run_as["user"], self.run_as["group"])
         self.data = os.path.join(self.folder, "data")
