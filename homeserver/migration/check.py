@@ -30,7 +30,9 @@ Beyond syn2mas: the database must be readable (error); password login off or loc
 passwords off (the hashes would start working here); the user store against Synapse's
 users (an LDAP directory that lacks some, a file/Redis store that already has some, users
 matching only by case, users without a hash); tokens not carried (expired, impersonation,
-no device, users not moved) with counts; application-service users; unapproved users;
+no device, users not moved) with counts; users deactivated at Synapse who are still in
+the store (under delegation Synapse does not check deactivation for a token, so this server
+alone keeps them out); application-service users; unapproved users;
 Synapse admins missing from `[delegation] admins`; `[delegation]` off; a SQLite Synapse
 that seems to be running.
 """

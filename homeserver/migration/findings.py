@@ -82,6 +82,12 @@ def from_survey(survey: Survey, synapse: SynapseConfig, config: Config, *, direc
                                  f"{_verb(survey.case_only.count, 'matches', 'match')} {store} only by case "
                                  f"({survey.case_only}): they would log in here as other Matrix users and are not "
                                  f"moved; {fix} would match them"))
+    if survey.returning.count:
+        found.append(("warning", f"{_plural(survey.returning.count, 'user')} deactivated at Synapse "
+                                 f"{_verb(survey.returning.count, 'is', 'are')} in {store} ({survey.returning}): "
+                                 "Synapse does not check deactivation for a token it introspects, so only this "
+                                 "server keeps them out; the move records them deactivated here, or remove them "
+                                 "from the store"))
     if directory:
         if survey.missing.count:
             found.append(("warning", f"{_plural(survey.missing.count, 'Synapse user')} "

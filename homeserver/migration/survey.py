@@ -56,6 +56,7 @@ class Survey:
     ours: Names = field(default_factory=Names)  # already in the store under the same name
     case_only: Names = field(default_factory=Names)  # in the store under another case
     missing: Names = field(default_factory=Names)  # LDAP: not in the directory
+    returning: Names = field(default_factory=Names)  # deactivated at Synapse, yet in the store
     directory_hashes: int = 0  # LDAP: in the directory, with a Synapse hash left unused
     devices: int = 0
     access: Counter[TokenFate] = field(default_factory=Counter)
@@ -99,8 +100,9 @@ class Surveyor:
 
     @staticmethod
     def _candidate(account: SynapseAccount) -> bool:
+        """Users looked up in the store: all but guests, application services' and the unapproved."""
         user = account.user
-        return not (user.is_guest or user.appservice_id or user.deactivated or not user.approved)
+        return not (user.is_guest or user.appservice_id or not user.approved)
 
     def _account(self, account: SynapseAccount, looked_up: bool, stored: User | None) -> None:
         survey, user = self.survey, account.user
@@ -115,7 +117,12 @@ class Surveyor:
             survey.appservices[user.appservice_id] += 1
         if not user.approved:
             survey.unapproved.add(name)
-        moved = looked_up and self._moved(name, user.password_hash, stored)
+        if user.deactivated:
+            moved = False
+            if stored is not None:  # the store would let them log in again
+                survey.returning.add(name)
+        else:
+            moved = looked_up and self._moved(name, user.password_hash, stored)
         survey.devices += len(account.devices)
         for token in account.access_tokens:
             fate = token.fate(self.now_ms)

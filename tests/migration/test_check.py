@@ -270,6 +270,16 @@ async def test_users_matching_only_by_case_are_named(tmp_path, make_config, user
         "log in here as other Matrix users and are not moved; the records renamed would match them"]
 
 
+async def test_deactivated_users_still_in_the_store_are_named(tmp_path, make_config, synapse_db):
+    synapse_db.rows.users([{"name": "@bob:localhost", "deactivated": True}, {"name": "@gone:localhost", "deactivated": True}])
+    synapse_db.finish()
+    report = await run_check(make_config({"delegation": DELEGATION}), synapse_yaml(tmp_path, synapse_db.section))
+    assert [str(w) for w in report.warnings] == [
+        "warning: 1 user deactivated at Synapse is in this server's file user store (bob): Synapse does not check "
+        "deactivation for a token it introspects, so only this server keeps them out; the move records them "
+        "deactivated here, or remove them from the store"]
+
+
 async def test_password_login_off_at_synapse(tmp_path, make_config, synapse_db):
     synapse_db.rows.users([{"name": "@dan:localhost", "password_hash": HASH4}])
     synapse_db.finish()
@@ -325,9 +335,13 @@ async def test_a_real_synapse_against_the_ldap_directory(make_config, synapse_be
     report = await run_check(config, str(synapse_before.config_path))
     lines = assert_well_formed(report)
     assert report.ok, lines
-    # root is Synapse's own admin, not in the directory; alice, bob, dave and erin are there
-    # too (carol is deactivated), with hashes of Synapse's own that stay unused.
-    assert lines[:2] == [
+    # carol, deactivated at Synapse, is still in the directory; root is Synapse's own admin,
+    # not in it; alice, bob, dave and erin are there too, with hashes of Synapse's own that
+    # stay unused.
+    assert lines[:3] == [
+        "warning: 1 user deactivated at Synapse is in this server's ldap user store (carol): Synapse does not "
+        "check deactivation for a token it introspects, so only this server keeps them out; the move records "
+        "them deactivated here, or remove them from the store",
         "warning: 1 Synapse user is not in the LDAP directory (root): they cannot log in here and their sessions "
         "are not carried",
         "warning: 4 users in the directory also have a Synapse password hash: with an LDAP store they log in with "
