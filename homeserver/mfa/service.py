@@ -17,12 +17,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from backends.sessions.buckets import RateBuckets
 from backends.sessions.factors import RECOVERY, TOTP, WEBAUTHN, Factor, FactorKind, FactorStore
 from homeserver.audit import audit
+from homeserver.config import Config
 from homeserver.mfa import passkeys, qr, recovery, totp
 from homeserver.mfa.limits import TooManyWrongCodes, WrongCodeLimit
 from homeserver.mfa.passkeys import PasskeyError, PasskeysUnavailable, RelyingParty
-from homeserver.mfa.sealing import Keyring, SealError, associated_data
+from homeserver.mfa.sealing import Keyring, SealError, associated_data, keyring
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +96,15 @@ def _new_id() -> str:
     return secrets.token_urlsafe(16)
 
 
+def issuer_of(config: Config) -> str:
+    """The name authenticator apps show: `[mfa] issuer`, else the server name without its port."""
+    configured: str = config.get("mfa", "issuer")
+    if configured:
+        return configured
+    name: str = config.get("server", "server_name")
+    return name[:name.index("]") + 1] if name.startswith("[") else name.split(":", 1)[0]
+
+
 class SecondFactors:
     """One person's second factors, for every page that asks or manages them."""
 
@@ -115,6 +126,20 @@ class SecondFactors:
         self.relying_party = relying_party  # None: passkeys unavailable (an IP base URL)
         self.clock = clock
         self.observer = observer  # metrics: (kind, passed) per second-step check
+
+    @classmethod
+    def from_config(
+        cls, config: Config, store: FactorStore, buckets: RateBuckets | None, observer: Observer | None = None
+    ) -> SecondFactors:
+        """The service of `[mfa]`: its key (made on first start), the wrong-code limit in the
+        session store's `buckets` (None: counted in each process), passkeys for `[server]
+        base_url` (off, with a warning, when its host is an IP address)."""
+        name = issuer_of(config)
+        return cls(
+            store, keyring(config), WrongCodeLimit.from_config(config.section("mfa"), buckets),
+            issuer=name, relying_party=cls.relying_party_of(config.get("server", "base_url"), name),
+            observer=observer,
+        )
 
     @staticmethod
     def relying_party_of(base_url: str, name: str) -> RelyingParty | None:

@@ -12,11 +12,12 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from backends.sessions.factors import RECOVERY, TOTP, WEBAUTHN
+from homeserver.config import build_config
 from homeserver.mfa import totp
 from homeserver.mfa.limits import TooManyWrongCodes, WrongCodeLimit
 from homeserver.mfa.passkeys import RelyingParty
 from homeserver.mfa.sealing import Keyring, associated_data
-from homeserver.mfa.service import EnrolmentExpired, PasskeyError, SecondFactors, WrongCode
+from homeserver.mfa.service import EnrolmentExpired, PasskeyError, SecondFactors, WrongCode, issuer_of
 from tests.mfa.authenticator import SoftAuthenticator
 from tests.mfa.memory_store import MemoryFactorStore
 
@@ -365,3 +366,32 @@ async def test_a_cloned_authenticators_stale_counter_is_refused(mfa, store):
     with pytest.raises(PasskeyError, match="sign count"):
         await mfa.finish_passkey_check("alice", clone.get(await mfa.begin_passkey_check("alice")))
     assert (await store.factor("alice", added.factor.factor_id)).sign_count == 2
+
+
+# -- from the config ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("section", "server_name", "issuer"), [
+    ({}, "example.org", "example.org"),
+    ({}, "example.org:8448", "example.org"),
+    ({}, "[::1]:8448", "[::1]"),
+    ({"issuer": "Example Chat"}, "example.org:8448", "Example Chat"),
+])
+def test_the_issuer(section, server_name, issuer):
+    config = build_config({"mfa": section, "server": {"server_name": server_name}}, environ={})
+    assert issuer_of(config) == issuer
+
+
+async def test_the_service_from_the_config(tmp_path, store, caplog):
+    document = {"server": {"base_url": "https://matrix.example.org", "server_name": "example.org"},
+                "mfa": {"failed_codes_burst": 2}}
+    mfa = SecondFactors.from_config(build_config(document, path=str(tmp_path / "h.toml"), environ={}), store, None)
+    assert (tmp_path / "mfa.key").exists()
+    assert mfa.issuer == "example.org"
+    assert mfa.relying_party == RelyingParty("matrix.example.org", "https://matrix.example.org", "example.org")
+    assert mfa.limit.local.capacity == 2 * mfa.limit.local.interval
+    enrolment = mfa.begin_totp("alice")
+    assert enrolment.uri.startswith("otpauth://totp/example.org:alice?")
+    with caplog.at_level(logging.WARNING):
+        config = build_config({"server": {"host": "10.0.0.5"}}, path=str(tmp_path / "h.toml"), environ={})
+        by_address = SecondFactors.from_config(config, store, None)
+    assert by_address.relying_party is None and "passkeys are off" in caplog.text
