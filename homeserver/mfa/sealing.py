@@ -118,10 +118,10 @@ def associated_data(kind: str, user: str, factor_id: str) -> bytes:
 
 
 def key_file_path(config: Config) -> str:
-    """`[mfa] key_file`, a relative path taken from the state directory (as the files the
-    server writes are, homeserver.config.WRITTEN_FILES)."""
+    """`[mfa] key_file`, already taken from the state directory when relative (it is one of
+    homeserver.config.WRITTEN_FILES)."""
     path: str = config.get("mfa", "key_file")
-    return path if os.path.isabs(path) else os.path.join(config.state_dir, path)
+    return path
 
 
 def load_key(config: Config) -> str:
