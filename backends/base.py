@@ -22,6 +22,10 @@ class User:
     identity where the store has one (LDAP entryUUID / objectGUID), `password_stamp` what
     changes with the password where the store checks passwords itself (LDAP bind mode:
     pwdChangedTime / pwdLastSet). Both None where the store has no such thing.
+
+    `admin`: the store makes the user an administrator (a record's or hash's `admin`, an
+    LDAP entry matching `admin_filter`); `mfa_required`: the user must have a second factor
+    (a record's or hash's `mfa_required`, an entry matching `mfa_required_filter`).
     """
 
     name: str
@@ -33,18 +37,23 @@ class User:
     locked: bool = False
     uid: str | None = None
     password_stamp: str | None = None
+    admin: bool = False
+    mfa_required: bool = False
 
 
+# The yes-or-no fields of a record: true when set, left out of the record when not.
+FLAG_FIELDS = ("locked", "admin", "mfa_required")
 # The fields a users-file record or a Redis user hash holds (add-user writes them); `uid`
 # and `password_stamp` come from directories only.
-STORED_FIELDS = ("name", "password", "ident", "display_name", "avatar_url", "email", "locked")
+STORED_FIELDS = ("name", "password", "ident", "display_name", "avatar_url", "email", *FLAG_FIELDS)
 
 
 def stored_fields(user: User) -> dict[str, object]:
     """The record fields of `user` as add-user writes them; None leaves a field out (an
-    unlocked account carries no `locked`)."""
+    unlocked account carries no `locked`, a user who is no admin no `admin`)."""
     fields: dict[str, object] = {name: getattr(user, name) for name in STORED_FIELDS}
-    fields["locked"] = True if user.locked else None
+    for flag in FLAG_FIELDS:
+        fields[flag] = True if fields[flag] else None
     return fields
 
 

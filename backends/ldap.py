@@ -47,10 +47,12 @@ class LdapBackend(UserBackend):
         else:
             wanted += PASSWORD_STAMP_ATTRIBUTES
         # The account state comes with the same search: the entry's identity and what the
-        # lock filter reads (operational attributes are only sent when asked for by name).
+        # lock, admin and second-factor filters read (operational attributes such as
+        # memberOf are only sent when asked for by name).
         wanted += IDENTITY_ATTRIBUTES
-        if settings.locked is not None:
-            wanted += settings.locked.attributes
+        for entry_filter in (settings.locked, settings.admin, settings.mfa_required):
+            if entry_filter is not None:
+                wanted += entry_filter.attributes
         self._wanted = list(dict.fromkeys(wanted))
 
     @classmethod
@@ -62,9 +64,11 @@ class LdapBackend(UserBackend):
     async def start(self) -> None:
         s = self.settings
         logger.info(
-            "LDAP backend: %s, base %s, mode %s%s%s, locked: %s", ", ".join(s.uris), " then ".join(map(repr, s.bases)),
-            s.mode, ", StartTLS" if s.start_tls else "", ", Active Directory names" if s.active_directory else "",
-            s.locked.text if s.locked is not None else "-",
+            "LDAP backend: %s, base %s, mode %s%s%s, locked: %s%s%s", ", ".join(s.uris),
+            " then ".join(map(repr, s.bases)), s.mode, ", StartTLS" if s.start_tls else "",
+            ", Active Directory names" if s.active_directory else "", s.locked.text if s.locked is not None else "-",
+            f", admins: {s.admin.text}" if s.admin is not None else "",
+            f", second factor required: {s.mfa_required.text}" if s.mfa_required is not None else "",
         )
         try:
             await self.check_health()

@@ -145,8 +145,11 @@ def entry_user(
                 break
     if settings.lowercase_user_ids:
         name = name.lower()
-    # The account state, from the same entry: locked, its own identity, its password's stamp.
+    # The account state, from the same entry: locked, admin, second factor required, its own
+    # identity, its password's stamp.
     locked = settings.locked.matches(attrs) if settings.locked is not None else False
+    admin = settings.admin.matches(attrs) if settings.admin is not None else False
+    mfa_required = settings.mfa_required.matches(attrs) if settings.mfa_required is not None else False
     uid = first_text(attrs, IDENTITY_ATTRIBUTES, dn) or f"dn:{dn.lower()}"
     stamp = first_text(attrs, PASSWORD_STAMP_ATTRIBUTES, dn) if settings.mode == "bind" else None
     return LdapUser(
@@ -159,5 +162,8 @@ def entry_user(
         locked=locked,
         uid=uid,
         password_stamp=stamp,
+        admin=admin,
+        mfa_required=mfa_required,
         dn=dn,
     )
+

@@ -9,7 +9,16 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from backends.base import StoreDataError, User, UserBackend, UserExists, UserIncomplete, canonical_email, stored_fields
+from backends.base import (
+    FLAG_FIELDS,
+    StoreDataError,
+    User,
+    UserBackend,
+    UserExists,
+    UserIncomplete,
+    canonical_email,
+    stored_fields,
+)
 from backends.redis_connect import RedisConnection, text
 
 logger = logging.getLogger(__name__)
@@ -38,19 +47,43 @@ if ARGV[1] == '1' then redis.call('HSET', KEYS[1], 'locked', 'true') else redis.
 return 1
 """
 
-# The `locked` field's values: "true" locks (what `run.py lock` writes); the usual spellings
-# of yes and no are read too. Anything else is a malformed record (an operator error).
-LOCKED_VALUES = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False,
-                 "off": False, "": False}
+# The yes-or-no fields' values (`locked`, `admin`, `mfa_required`): "true" sets one (what
+# `run.py lock` writes); the usual spellings of yes and no are read too. Anything else is a
+# malformed record (an operator error).
+FLAG_VALUES = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False,
+               "off": False, "": False}
 
 
-def locked_value(key: str, value: str | None) -> bool:
+def flag_value(key: str, value: str | None, field: str) -> bool:
+    """A yes-or-no field of the hash at `key`; a missing field is no."""
     if value is None:
         return False
-    locked = LOCKED_VALUES.get(value.strip().lower())
-    if locked is None:
-        raise StoreDataError(f"Redis key {key!r}: field 'locked' must be \"true\" or \"false\", not {value!r}")
-    return locked
+    flag = FLAG_VALUES.get(value.strip().lower())
+    if flag is None:
+        raise StoreDataError(f"Redis key {key!r}: field {field!r} must be \"true\" or \"false\", not {value!r}")
+    return flag
+
+
+def hash_user(key: str, name: str, fields: dict[bytes, bytes]) -> User:
+    """The User a user hash holds; StoreDataError for a malformed one."""
+    try:
+        record = {k.decode("utf-8"): v.decode("utf-8") for k, v in fields.items()}
+    except UnicodeDecodeError:
+        raise StoreDataError(f"Redis key {key!r}: a field is not UTF-8 text") from None
+    missing = [field for field in ("password", "ident") if field not in record]
+    if missing:
+        raise StoreDataError(f"Redis key {key!r}: missing field {', '.join(missing)}")
+    return User(
+        name=name,
+        password=record["password"],
+        ident=record["ident"],
+        display_name=record.get("display_name"),
+        avatar_url=record.get("avatar_url"),
+        email=record.get("email"),
+        locked=flag_value(key, record.get("locked"), "locked"),
+        admin=flag_value(key, record.get("admin"), "admin"),
+        mfa_required=flag_value(key, record.get("mfa_required"), "mfa_required"),
+    )
 
 
 class RedisBackend(UserBackend):
@@ -110,22 +143,7 @@ class RedisBackend(UserBackend):
         fields = await self.connection.hgetall(key)
         if not fields:
             return None
-        try:
-            record = {k.decode("utf-8"): v.decode("utf-8") for k, v in fields.items()}
-        except UnicodeDecodeError:
-            raise StoreDataError(f"Redis key {key!r}: a field is not UTF-8 text") from None
-        missing = [field for field in ("password", "ident") if field not in record]
-        if missing:
-            raise StoreDataError(f"Redis key {key!r}: missing field {', '.join(missing)}")
-        return User(
-            name=name,
-            password=record["password"],
-            ident=record["ident"],
-            display_name=record.get("display_name"),
-            avatar_url=record.get("avatar_url"),
-            email=record.get("email"),
-            locked=locked_value(key, record.get("locked")),
-        )
+        return hash_user(key, name, fields)
 
     async def get_users_by_email(self, address: str) -> list[User]:
         """The names in the address's index set whose hash still holds that address.
@@ -154,8 +172,9 @@ class RedisBackend(UserBackend):
         self.connection.connect()  # the CLI provisions without start()
         # The hash holds every field of User but the name (it is in the key).
         fields = {name: value for name, value in stored_fields(user).items() if name not in ("name", *keep)}
-        if fields.get("locked") is not None:
-            fields["locked"] = "true"
+        for flag in FLAG_FIELDS:
+            if fields.get(flag) is not None:
+                fields[flag] = "true"
         if "password" in fields:
             fields["password"] = fields["password"] or ""
         removed = [name for name, value in fields.items() if value is None]
@@ -182,3 +201,4 @@ class RedisBackend(UserBackend):
                     await client.sadd(self.email_key_prefix + new, user.name)
         logger.info("stored user %r at Redis key %r", user.name, key)
         return outcome == 2
+
