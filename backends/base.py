@@ -103,6 +103,19 @@ class UserBackend(abc.ABC):
         cannot answer and `StoreDataError` for a malformed record.
         """
 
+    async def list_users(self) -> list[User]:
+        """Every user of the store, whole, read without holding the event loop.
+
+        One User per name `get_user` answers for, with every field a lookup gives (the
+        profile's display name, ident and avatar, the e-mail address, locked, admin,
+        mfa_required), so a caller needs no second lookup per user. Names are as stored;
+        a caller that hands them to Matrix still checks them (homeserver.names). Raise
+        `StoreIncomplete`, never a shorter list, when the whole store could not be read
+        (the store down or failing part-way, a server limit hit, a referral not followed,
+        a users file that does not parse, a malformed record).
+        """
+        raise NotImplementedError(f"the {self.name} backend cannot list its users")
+
     async def get_users_by_email(self, address: str) -> list[User]:
         """Every user holding this e-mail address (canonical form, see `canonical_email`).
 
@@ -169,6 +182,22 @@ class StoreUnavailable(Exception):
         super().__init__(message)
         self.retry_after = retry_after
         self.store = store  # which store: "user store" or "session store"
+
+
+class StoreIncomplete(Exception):
+    """`list_users` could not read the whole store; a caller must not take a user missing
+    from `users` as gone (the sweep deactivates no one).
+
+    `str()` is one line saying why (no secrets). `users`: the users that were read, which
+    are sound and may still be used (provisioned); `unreadable`: names found in the store
+    whose records could not be used (malformed), so they are not gone either.
+    """
+
+    def __init__(self, reason: str, *, users: list[User] | None = None, unreadable: list[str] | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.users: list[User] = users or []
+        self.unreadable: list[str] = unreadable or []
 
 
 class StoreDataError(Exception):

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Collection
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import RedisClusterException, RedisError
 
 from backends.base import (
     FLAG_FIELDS,
     StoreDataError,
+    StoreIncomplete,
     User,
     UserBackend,
     UserExists,
@@ -62,6 +65,17 @@ def flag_value(key: str, value: str | None, field: str) -> bool:
     if flag is None:
         raise StoreDataError(f"Redis key {key!r}: field {field!r} must be \"true\" or \"false\", not {value!r}")
     return flag
+
+
+# Keys a listing asks SCAN for per step, and reads per pipeline of HGETALLs: the loop is
+# free between round trips, and 10,000 users are 20 steps and 20 pipelines.
+LIST_BATCH = 500
+_GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
+
+
+def glob_escape(prefix: str) -> str:
+    """`prefix` as a SCAN MATCH pattern that matches only itself."""
+    return _GLOB_SPECIAL.sub(r"\\\1", prefix)
 
 
 def hash_user(key: str, name: str, fields: dict[bytes, bytes]) -> User:
@@ -145,6 +159,27 @@ class RedisBackend(UserBackend):
             return None
         return hash_user(key, name, fields)
 
+    async def list_users(self) -> list[User]:
+        """Every user hash under the key prefix: SCAN (on every primary of a Cluster) for hashes,
+        read LIST_BATCH at a time in one pipeline each. Keys of other types are no users (a
+        lookup of them fails too); a hash that is malformed, or any Redis error, makes the
+        listing `StoreIncomplete`."""
+        client = self.connection.connect()  # the CLI lists without start()
+        lister = _Listing(self, client)
+        try:
+            await lister.run()
+        except (RedisError, RedisClusterException) as exc:
+            raise StoreIncomplete(
+                f"Redis ({self.connection.where()}) failed after {len(lister.users)} users were read: {exc}",
+                users=lister.users, unreadable=lister.unreadable,
+            ) from None
+        if lister.unreadable:
+            raise StoreIncomplete(
+                f"{len(lister.unreadable)} user hashes in Redis cannot be read, e.g. {lister.problem}",
+                users=lister.users, unreadable=lister.unreadable,
+            )
+        return lister.users
+
     async def get_users_by_email(self, address: str) -> list[User]:
         """The names in the address's index set whose hash still holds that address.
 
@@ -202,3 +237,51 @@ class RedisBackend(UserBackend):
         logger.info("stored user %r at Redis key %r", user.name, key)
         return outcome == 2
 
+
+class _Listing:
+    """One listing's progress: the users read so far, the names whose hashes are malformed."""
+
+    def __init__(self, backend: RedisBackend, client: Redis | RedisCluster) -> None:
+        self.backend = backend
+        self.client = client
+        self.users: list[User] = []
+        self.unreadable: list[str] = []
+        self.problem = ""  # the first malformed hash's error, for the reason line
+
+    async def run(self) -> None:
+        prefix = self.backend.key_prefix.encode("utf-8")
+        seen: set[bytes] = set()
+        batch: list[bytes] = []
+        pattern = glob_escape(self.backend.key_prefix) + "*"
+        async for key in self.client.scan_iter(match=pattern, count=LIST_BATCH, _type="hash"):
+            if key in seen or not key.startswith(prefix):
+                continue  # SCAN may return a key twice
+            seen.add(key)
+            batch.append(key)
+            if len(batch) >= LIST_BATCH:
+                await self._read(batch, len(prefix))
+                batch = []
+        if batch:
+            await self._read(batch, len(prefix))
+
+    async def _read(self, keys: list[bytes], cut: int) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hgetall(key)
+        # Per-command errors (a key replaced by another type since SCAN) come back as values.
+        replies = await pipe.execute(raise_on_error=False)
+        for raw, reply in zip(keys, replies, strict=True):
+            where = text(raw)
+            try:
+                if isinstance(reply, Exception):
+                    raise StoreDataError(f"Redis key {where!r}: {reply}")
+                if not reply:
+                    continue  # removed since SCAN saw it: gone
+                try:
+                    name = raw[cut:].decode("utf-8")
+                except UnicodeDecodeError:
+                    raise StoreDataError(f"Redis key {where!r}: the name is not UTF-8 text") from None
+                self.users.append(hash_user(where, name, reply))
+            except StoreDataError as exc:
+                self.unreadable.append(text(raw[cut:]))
+                self.problem = self.problem or str(exc)
