@@ -15,6 +15,7 @@ from typing import Any
 import ldap3
 
 from backends.base import StoreUnavailable, User, UserBackend
+from backends.ldap_listing import Listing
 from backends.ldap_mapping import LdapUser, email_filter, entry_user, name_filter
 from backends.ldap_pool import (
     INVALID_CREDENTIALS,
@@ -82,6 +83,10 @@ class LdapBackend(UserBackend):
 
     async def get_users_by_email(self, address: str) -> list[User]:
         return await self.pool.run(self._find_by_email, address)
+
+    async def list_users(self) -> list[User]:
+        """Every entry matching `filter` under the bases, by paged searches (backends.ldap_listing)."""
+        return await Listing(self.settings, self.pool, self._wanted).run()
 
     async def verify_password(self, user: User, password: str) -> bool | None:
         if self.settings.mode != "bind":
