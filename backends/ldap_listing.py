@@ -69,7 +69,9 @@ class Listing:
         self.attributes = attributes
         self.filter = listing_filter(settings)
         self.users: dict[str, LdapUser] = {}  # the listing's users, by name
-        self.decided: set[str] = set()  # case-folded names an earlier base answered for
+        # case-folded name -> (the base that answers for it, the entry's DN or None when two
+        # entries hold it, the names listed for it)
+        self.owners: dict[str, tuple[int, str | None, list[str]]] = {}
         self.ambiguous: list[str] = []
         self.unreadable: list[str] = []
         self.problem = ""
@@ -82,8 +84,8 @@ class Listing:
         except StoreUnavailable as exc:
             raise StoreIncomplete(f"the LDAP directory cannot be listed: {exc}") from None
         try:
-            for base in self.settings.bases:
-                await self._list_base(conn, base)
+            for index, base in enumerate(self.settings.bases):
+                await self._list_base(conn, index, base)
         finally:
             self.pool.release(conn)
         if self.ambiguous:
@@ -102,42 +104,46 @@ class Listing:
     def _incomplete(self, reason: str) -> StoreIncomplete:
         return StoreIncomplete(reason, users=list(self.users.values()), unreadable=list(self.unreadable))
 
-    async def _list_base(self, conn: ldap3.Connection, base: str) -> None:
-        found: dict[str, dict[str, list[LdapUser]]] = {}  # case-folded name -> DN -> users
+    async def _list_base(self, conn: ldap3.Connection, index: int, base: str) -> None:
         cookie = b""
         try:
             while True:
                 page = await self.pool.run(self._page, conn, base, cookie)
                 for user in page.users:
-                    found.setdefault(user.name.casefold(), {}).setdefault(user.dn, []).append(user)
+                    self._take(index, user)
                 self.unreadable += page.unreadable
                 self.problem = self.problem or page.problem
                 self.references += page.references
                 if page.limit:
-                    self._settle(found)
                     raise self._incomplete(page.limit)
                 if not page.cookie:
-                    break
+                    return
                 cookie = page.cookie
         except StoreUnavailable as exc:
-            self._settle(found)
             raise self._incomplete(
                 f"the LDAP directory failed after {self.entries} entries of the listing: {exc}"
             ) from None
-        self._settle(found)
 
-    def _settle(self, found: dict[str, dict[str, list[LdapUser]]]) -> None:
-        """Take one base's names: the first base holding a name answers for it (as lookups
-        search the bases in order), and a name several of its entries hold is nobody's."""
-        for key, by_dn in found.items():
-            if key in self.decided:
-                continue
-            self.decided.add(key)
-            if len(by_dn) > 1:
-                self.ambiguous.append(key)
-                continue
-            for user in next(iter(by_dn.values())):
-                self.users.setdefault(user.name, user)
+    def _take(self, index: int, user: LdapUser) -> None:
+        """Add one user of base `index`, a page at a time (no pass over every user at the end,
+        on the loop): the first base holding a name answers for it, as lookups search the
+        bases in order, and a name two entries of that base hold is nobody's."""
+        key = user.name.casefold()
+        owner = self.owners.get(key)
+        if owner is None:
+            self.owners[key] = (index, user.dn, [user.name])
+            self.users[user.name] = user
+        elif owner[0] != index or owner[1] is None:
+            return  # an earlier base answered for the name, or it is ambiguous already
+        elif owner[1] == user.dn:
+            if user.name not in self.users:  # the same entry under another spelling
+                owner[2].append(user.name)
+                self.users[user.name] = user
+        else:
+            for name in owner[2]:
+                del self.users[name]
+            self.owners[key] = (index, None, [])
+            self.ambiguous.append(key)
 
     # -- on a pool thread -------------------------------------------------------------
 
