@@ -40,7 +40,7 @@ def many_ldif(extra: tuple[str, ...] = ()) -> str:
 
 
 @pytest.fixture(scope="module")
-def many() -> Iterator[Slapd]:
+def paged_slapd() -> Iterator[Slapd]:
     """MANY people behind a soft size limit of 500 that paged searches may pass."""
     require_slapd()
     server = Slapd(many_ldif(), tls=False, size_limit=PAGED_LIMIT)
@@ -75,8 +75,8 @@ def open_backend(make_config, io_loop):
 
 
 @pytest.fixture
-def directory():
-    """directory(ldif, size_limit) -> a private slapd for this test, stopped after it."""
+def private_slapd():
+    """private_slapd(ldif, size_limit) -> a private slapd for this test, stopped after it."""
     servers = []
 
     def start(ldif: str, size_limit: str = "") -> Slapd:
@@ -101,18 +101,18 @@ def reader_search_count(server: Slapd) -> tuple[int, str]:
     return count, result
 
 
-async def test_paged_results_read_a_directory_past_its_size_limit(many, open_backend):
+async def test_paged_results_read_a_directory_past_its_size_limit(paged_slapd, open_backend):
     # The limit is real: a plain search stops at 500.
-    assert reader_search_count(many) == (500, "sizeLimitExceeded")
-    backend = await open_backend(options(many))
+    assert reader_search_count(paged_slapd) == (500, "sizeLimitExceeded")
+    backend = await open_backend(options(paged_slapd))
     users = await backend.list_users()
     assert sorted(user.name for user in users) == [f"user{i:05d}" for i in range(MANY)]
     assert {user.display_name for user in users} == {f"User {i}" for i in range(MANY)}
     assert all(user.ident and user.password for user in users)
 
 
-async def test_a_size_limit_paging_cannot_pass_makes_the_listing_incomplete(directory, open_backend):
-    backend = await open_backend(options(directory(many_ldif(), "500")))
+async def test_a_size_limit_paging_cannot_pass_makes_the_listing_incomplete(private_slapd, open_backend):
+    backend = await open_backend(options(private_slapd(many_ldif(), "500")))
     with pytest.raises(StoreIncomplete, match="size limit") as raised:
         await backend.list_users()
     # What was read before the limit is there to use, and sound.
@@ -120,8 +120,8 @@ async def test_a_size_limit_paging_cannot_pass_makes_the_listing_incomplete(dire
     assert all(user.name.startswith("user") for user in raised.value.users)
 
 
-async def test_a_lookup_during_a_listing_waits_one_page_not_the_listing(many, open_backend):
-    backend = await open_backend(options(many, pool_size=1))
+async def test_a_lookup_during_a_listing_waits_one_page_not_the_listing(paged_slapd, open_backend):
+    backend = await open_backend(options(paged_slapd, pool_size=1))
     listing = asyncio.ensure_future(backend.list_users())
     await asyncio.sleep(0)
     user = await backend.get_user("user02999")
@@ -131,9 +131,9 @@ async def test_a_lookup_during_a_listing_waits_one_page_not_the_listing(many, op
 
 
 @pytest.mark.parametrize("fault", ["kill", "pause"])
-async def test_a_directory_failing_part_way_makes_the_listing_incomplete(directory, open_backend, monkeypatch,
+async def test_a_directory_failing_part_way_makes_the_listing_incomplete(private_slapd, open_backend, monkeypatch,
                                                                         fault):
-    server = directory(many_ldif(), PAGED_LIMIT)
+    server = private_slapd(many_ldif(), PAGED_LIMIT)
     backend = await open_backend(options(server, timeout=1.0))
     run, pages = backend.pool.run, []
 
@@ -170,8 +170,8 @@ def small_ldif(*extra: str) -> str:
     return "\n".join([base_ldif(), person("ann", userPassword=crypt_bcrypt("ann-pw")), *extra])
 
 
-async def test_a_referral_makes_the_listing_incomplete(directory, open_backend):
-    backend = await open_backend(options(directory(small_ldif(REMOTE))))
+async def test_a_referral_makes_the_listing_incomplete(private_slapd, open_backend):
+    backend = await open_backend(options(private_slapd(small_ldif(REMOTE))))
     with pytest.raises(StoreIncomplete, match="referrals") as raised:
         await backend.list_users()
     assert "ldap://ldap.elsewhere.example/" in str(raised.value)
@@ -179,8 +179,8 @@ async def test_a_referral_makes_the_listing_incomplete(directory, open_backend):
 
 
 @pytest.mark.parametrize("active_directory", [True, False])
-async def test_active_directorys_partitions_are_no_referral_to_users(directory, open_backend, active_directory):
-    backend = await open_backend(options(directory(small_ldif(*AD_PARTITIONS)), active_directory=active_directory))
+async def test_active_directorys_partitions_are_no_referral_to_users(private_slapd, open_backend, active_directory):
+    backend = await open_backend(options(private_slapd(small_ldif(*AD_PARTITIONS)), active_directory=active_directory))
     if active_directory:
         assert [user.name for user in await backend.list_users()] == ["ann"]
     else:
@@ -188,8 +188,8 @@ async def test_active_directorys_partitions_are_no_referral_to_users(directory, 
             await backend.list_users()
 
 
-async def test_a_base_that_is_a_referral_makes_the_listing_incomplete(directory, open_backend):
-    backend = await open_backend(options(directory(small_ldif(REMOTE)), base=[PEOPLE, f"ou=remote,{SUFFIX}"]))
+async def test_a_base_that_is_a_referral_makes_the_listing_incomplete(private_slapd, open_backend):
+    backend = await open_backend(options(private_slapd(small_ldif(REMOTE)), base=[PEOPLE, f"ou=remote,{SUFFIX}"]))
     with pytest.raises(StoreIncomplete, match=r"ldap://ldap\.elsewhere\.example/"):
         await backend.list_users()
 

@@ -136,7 +136,7 @@ def test_a_group_dn_matches_however_its_spaces_and_case_are_written():
 
 
 @pytest.fixture
-def directory() -> Iterator[ListedStore]:
+def groups_slapd() -> Iterator[ListedStore]:
     for listed in ldap_store():
         yield listed
         for close in listed.close:
@@ -144,15 +144,15 @@ def directory() -> Iterator[ListedStore]:
 
 
 @pytest.fixture
-def ldap_backend(directory, make_config, io_loop):
-    backend = create_backend(make_config(directory.overrides))
+def ldap_backend(groups_slapd, make_config, io_loop):
+    backend = create_backend(make_config(groups_slapd.overrides))
     io_loop.run_sync(backend.start)
     yield backend
     io_loop.run_sync(backend.close)
 
 
-async def test_group_membership_is_read_at_each_lookup(directory, ldap_backend):
-    admin = directory.admin
+async def test_group_membership_is_read_at_each_lookup(groups_slapd, ldap_backend):
+    admin = groups_slapd.admin
     assert (await ldap_backend.get_user("alice")).admin
     assert not (await ldap_backend.get_user("dave")).admin
     # dave joins the admins, alice leaves them: the next lookups say so (no cache).
