@@ -206,6 +206,11 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "locked_filter": Field("str", ""),
         # With active_directory: also lock accounts locked out by failed logons (lockoutTime).
         "locked_out_is_locked": Field("bool", False),
+        # Entries matching this filter are admins (their tokens carry urn:synapse:admin:*),
+        # e.g. "(memberOf=cn=matrix-admins,ou=groups,dc=example,dc=org)". Empty: none.
+        "admin_filter": Field("str", ""),
+        # Entries matching this filter must have a second factor ([mfa]). Empty: none.
+        "mfa_required_filter": Field("str", ""),
     },
     "backend.ldap.attributes": {
         "name": Field("str_or_list", "uid"),
