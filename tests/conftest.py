@@ -29,7 +29,7 @@ Fetch = Callable[..., Awaitable[Response]]
 # node, calls their starters itself.
 TIER_FIXTURES = {
     "redis": {"redis_server", "redis_url", "redis_users", "redis_cluster", "sentinel_setup"},
-    "ldap": {"slapd"},
+    "ldap": {"slapd"},  # and any fixture named *_slapd (a test's private directory)
     "synapse": {"synapse_stack", "synapse_schema_sqlite", "synapse_schema_postgres", "synapse_db",
                 "synapse_before", "synapse_auth_code"},
     "postgres": {"postgres_cluster"},
@@ -46,6 +46,8 @@ TIER_TIMEOUTS = {"synapse": 900}
 def tiers_of(item: pytest.Item) -> set[str]:
     names = set(getattr(item, "fixturenames", ()))
     tiers = {tier for tier, fixtures in TIER_FIXTURES.items() if names & fixtures}
+    if any(name.endswith("_slapd") for name in names):
+        tiers.add("ldap")
     callspec = getattr(item, "callspec", None)
     params = callspec.params if callspec is not None else {}
     tiers |= {tier for tier, value in TIER_PARAMS.items() if value in params.values()}
