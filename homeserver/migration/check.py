@@ -33,7 +33,8 @@ matching only by case, users without a hash); tokens not carried (expired, imper
 no device, users not moved) with counts; users deactivated at Synapse who are still in
 the store (under delegation Synapse does not check deactivation for a token, so this server
 alone keeps them out); application-service users; unapproved users;
-Synapse admins missing from `[delegation] admins`; `[delegation]` off; a SQLite Synapse
+Synapse admins this server would not make admins (the store has them unmarked, and
+`[delegation] admins` lacks them); `[delegation]` off; a SQLite Synapse
 that seems to be running.
 """
 
@@ -116,7 +117,8 @@ async def check(
         add("warning", f"Synapse seems to be running ({synapse.database.sqlite_path}-wal holds writes not yet in "
                        "the database): stop it before `migrate-synapse run`")
     directory = config.get("backend", "type") == "ldap"
-    surveyor = Surveyor(Users(backend), directory=directory, now_ms=now_ms or int(time.time() * 1000))
+    surveyor = Surveyor(Users(backend), directory=directory, now_ms=now_ms or int(time.time() * 1000),
+                        admins=frozenset(config.get("delegation", "admins")))
     try:
         with SynapseDatabase.open(synapse.database) as database:
             report.survey = await surveyor.run(database, synapse.server_name)

@@ -116,12 +116,12 @@ def from_survey(survey: Survey, synapse: SynapseConfig, config: Config, *, direc
                                      "Synapse: the record here keeps one (the first added)"))
     found += _tokens(survey)
     found += _leftovers(survey, synapse)
-    admins = set(config.get("delegation", "admins"))
-    missing_admins = [name for name in survey.admins.sample if name not in admins]
-    if missing_admins:
-        found.append(("warning", f"Synapse admins not in this server's [delegation] admins: {', '.join(missing_admins)}"
-                                 + (" (and maybe more)" if survey.admins.count > len(survey.admins.sample) else "")
-                                 + ": under delegation only tokens this server marks admin are Synapse admins"))
+    if survey.unmarked_admins.count:
+        mark = "admin_filter" if directory else '"admin": true in the record'
+        found.append(("warning", f"{_plural(survey.unmarked_admins.count, 'Synapse admin')} "
+                                 f"({survey.unmarked_admins}) {_verb(survey.unmarked_admins.count, 'is', 'are')} "
+                                 f"in {store} without its admin mark ({mark}) and not in [delegation] admins: "
+                                 "they are Synapse admins no more after the switch"))
     return found
 
 

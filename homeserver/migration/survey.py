@@ -57,6 +57,10 @@ class Survey:
     case_only: Names = field(default_factory=Names)  # in the store under another case
     missing: Names = field(default_factory=Names)  # LDAP: not in the directory
     returning: Names = field(default_factory=Names)  # deactivated at Synapse, yet in the store
+    # Synapse admins the store already has without marking them admin (record, admin_filter),
+    # and not in [delegation] admins: admins no more after the switch. Those the move adds
+    # to a file/Redis store get the record's admin mark.
+    unmarked_admins: Names = field(default_factory=Names)
     directory_hashes: int = 0  # LDAP: in the directory, with a Synapse hash left unused
     devices: int = 0
     access: Counter[TokenFate] = field(default_factory=Counter)
@@ -73,9 +77,10 @@ class Surveyor:
     """Walks `database.accounts()` once; `directory` says the store is LDAP (it keeps its own
     passwords, so no Synapse hash is imported into it)."""
 
-    def __init__(self, users: Users, *, directory: bool, now_ms: int) -> None:
+    def __init__(self, users: Users, *, directory: bool, now_ms: int, admins: frozenset[str] = frozenset()) -> None:
         self.users = users
         self.directory = directory
+        self.admins = admins  # [delegation] admins
         self.now_ms = now_ms
         self.survey = Survey()
 
@@ -123,6 +128,8 @@ class Surveyor:
                 survey.returning.add(name)
         else:
             moved = looked_up and self._moved(name, user.password_hash, stored)
+            if moved and user.admin and stored is not None and not stored.admin and name not in self.admins:
+                survey.unmarked_admins.add(name)
         survey.devices += len(account.devices)
         for token in account.access_tokens:
             fate = token.fate(self.now_ms)

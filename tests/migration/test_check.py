@@ -251,8 +251,9 @@ async def test_counts_against_a_users_file(tmp_path, make_config, synapse_db):
         "not carried",
         "warning: 1 row of devices, tokens, addresses or profiles belongs to user IDs Synapse's users table lacks: "
         "ignored",
-        "warning: Synapse admins not in this server's [delegation] admins: bob, carol: under delegation only tokens "
-        "this server marks admin are Synapse admins",
+        # bob is in our users file, unmarked; carol comes with the move (her record marked admin); root is listed.
+        "warning: 1 Synapse admin (bob) is in this server's file user store without its admin mark (\"admin\": "
+        "true in the record) and not in [delegation] admins: they are Synapse admins no more after the switch",
         "summary: 0 errors, 14 warnings; 11 users (3 admins, 1 locked, 1 deactivated), 5 devices, 8 access tokens "
         "(5 live), 4 refresh tokens (2 live)",
     ]
@@ -278,6 +279,21 @@ async def test_deactivated_users_still_in_the_store_are_named(tmp_path, make_con
         "warning: 1 user deactivated at Synapse is in this server's file user store (bob): Synapse does not check "
         "deactivation for a token it introspects, so only this server keeps them out; the move records them "
         "deactivated here, or remove them from the store"]
+
+
+async def test_synapse_admins_the_store_marks_admin_stay_admins(tmp_path, make_config, users_path, user_records,
+                                                               synapse_db):
+    synapse_db.rows.users([{"name": "@alice:localhost", "admin": True}, {"name": "@bob:localhost", "admin": True}])
+    synapse_db.finish()
+    path = synapse_yaml(tmp_path, synapse_db.section)
+    report = await run_check(make_config({"delegation": DELEGATION}), path)
+    assert [str(w) for w in report.warnings if "admin" in str(w)] == [
+        "warning: 2 Synapse admins (alice, bob) are in this server's file user store without its admin mark "
+        '("admin": true in the record) and not in [delegation] admins: they are Synapse admins no more after the switch']
+    user_records[0]["admin"] = True
+    Path(users_path).write_text(json.dumps({"users": user_records}))
+    report = await run_check(make_config({"delegation": {**DELEGATION, "admins": ["bob"]}}), path)
+    assert not [w for w in report.warnings if "admin" in str(w)]
 
 
 async def test_password_login_off_at_synapse(tmp_path, make_config, synapse_db):
