@@ -10,7 +10,7 @@ import unicodedata
 from collections.abc import Awaitable, Callable
 
 from backends.sessions import delegation_state_of
-from backends.sessions.pages import page_sessions_for
+from backends.sessions.browser import page_sessions_for
 from homeserver import audit
 from homeserver.cli_stores import stores
 from homeserver.config import Config, load_config

@@ -10,7 +10,7 @@ import backends
 import backends.sessions
 from backends.base import StoreUnavailable, UserBackend
 from backends.sessions import SessionStore, buckets_of, delegation_state_of
-from backends.sessions.pages import PageSessions, page_sessions_for
+from backends.sessions.browser import PageSessions, page_sessions_for
 from homeserver.account_page import AccountPage
 from homeserver.auth import Auth
 from homeserver.config import Config
@@ -55,7 +55,7 @@ class HomeServer:
     # The Synapse this server is the authentication service of; None when `[delegation]` is off.
     delegation: Delegation | None = None
     users: Users = field(init=False)
-    # The account page's sign-ins, kept beside the sessions (backends.sessions.pages).
+    # The account page's sign-ins, kept beside the sessions (backends.sessions.browser).
     pages: PageSessions = field(init=False)
     auth: Auth = field(init=False)
     uia: UserInteractiveAuth = field(init=False)

@@ -34,7 +34,7 @@ from homeserver.sessions import (
 )
 
 if TYPE_CHECKING:
-    from backends.sessions.pages import PageSessions
+    from backends.sessions.browser import PageSessions
     from homeserver.delegation import Delegation
     from homeserver.requester import Requester
     from homeserver.uia import UserInteractiveAuth

@@ -49,8 +49,8 @@ __all__ = [
 ]
 
 _registry: dict[str, type[SessionStore] | str] = {
-    "sqlite": "backends.sessions.sqlite:SqliteSessionStore",
-    "redis": "backends.sessions.redis:RedisSessionStore",
+    "sqlite": "backends.sessions.sqlite.store:SqliteSessionStore",
+    "redis": "backends.sessions.redis.store:RedisSessionStore",
 }
 
 

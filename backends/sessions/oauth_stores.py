@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from backends.sessions.base import SessionStore
 from backends.sessions.oauth import OAuthStore
-from backends.sessions.sqlite import SqliteSessionStore
-from backends.sessions.sqlite_oauth import SqliteOAuthStore
+from backends.sessions.sqlite.oauth import SqliteOAuthStore
+from backends.sessions.sqlite.store import SqliteSessionStore
 
 
 def create_oauth_store(sessions: SessionStore) -> OAuthStore:
@@ -16,10 +16,10 @@ def create_oauth_store(sessions: SessionStore) -> OAuthStore:
     if isinstance(sessions, SqliteSessionStore):
         return SqliteOAuthStore(sessions)
     # Imported only for Redis sessions: the Redis client costs ~0.1 s at every start otherwise.
-    from backends.sessions.redis import RedisSessionStore
+    from backends.sessions.redis.store import RedisSessionStore
 
     if isinstance(sessions, RedisSessionStore):
-        from backends.sessions.redis_oauth import RedisOAuthStore
+        from backends.sessions.redis.oauth import RedisOAuthStore
 
         return RedisOAuthStore(sessions)
     raise ValueError(f"no OAuth store for the session store {sessions.name!r}")

@@ -1,4 +1,4 @@
-"""The page sessions contract (backends.sessions.pages), the same on SQLite and on a real Redis:
+"""The page sessions contract (backends.sessions.browser), the same on SQLite and on a real Redis:
 open, list, end one, ask whether one ended, end all of a user's; lifetimes; one user's only."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from backends.base import StoreUnavailable
 from backends.sessions import create_session_store
-from backends.sessions.pages import BrowserSession, page_sessions_for
+from backends.sessions.browser import BrowserSession, page_sessions_for
 from tests.backends.test_session_store import store_options
 
 

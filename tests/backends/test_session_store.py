@@ -24,7 +24,7 @@ from backends.sessions import (
 )
 from backends.sessions.redis import RedisSessionStore
 from backends.sessions.sqlite import SqliteSessionStore
-from backends.sessions.sqlite_schema import VERSION, migrate
+from backends.sessions.sqlite.schema import VERSION, migrate
 from homeserver.config import build_config
 from homeserver.ratelimit import TokenBuckets
 
@@ -236,7 +236,7 @@ async def test_end_stale_without_password_fingerprints_compares_identity_only(ea
 
 
 def test_sqlite_migration_keeps_sessions_without_fingerprints(tmp_path):
-    from backends.sessions.sqlite_schema import MIGRATIONS
+    from backends.sessions.sqlite.schema import MIGRATIONS
 
     path = str(tmp_path / "old.db")
     conn = sqlite3.connect(path, isolation_level=None)

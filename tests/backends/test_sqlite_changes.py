@@ -15,7 +15,7 @@ import pytest
 from backends.base import StoreUnavailable
 from backends.sessions import Session
 from backends.sessions.sqlite import SqliteSessionStore
-from backends.sessions.sqlite_changes import _FORMAT, ChangeCounter
+from backends.sessions.sqlite.changes import _FORMAT, ChangeCounter
 from tests.servers import ROOT
 
 
@@ -92,7 +92,7 @@ async def test_an_expired_session_is_refused_even_when_kept(two_stores, monkeypa
     a, b = two_stores
     await b.open(session("h1", expires_ts=int(time.time() * 1000) + 60_000), None)
     assert await a.get("alice", "h1") is not None
-    monkeypatch.setattr("backends.sessions.sqlite._now_ms", lambda: int(time.time() * 1000) + 120_000)
+    monkeypatch.setattr("backends.sessions.sqlite.store._now_ms", lambda: int(time.time() * 1000) + 120_000)
     assert await a.get("alice", "h1") is None
 
 

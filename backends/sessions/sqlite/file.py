@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from backends.base import ConfigError, StoreUnavailable
-from backends.sessions.sqlite_changes import ChangeCounter
-from backends.sessions.sqlite_schema import connect, migrate, open_problem, open_retrying
+from backends.sessions.sqlite.changes import ChangeCounter
+from backends.sessions.sqlite.schema import connect, migrate, open_problem, open_retrying
 
 T = TypeVar("T")
 STORE = "session store"

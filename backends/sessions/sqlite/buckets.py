@@ -6,7 +6,7 @@ import sqlite3
 import time
 
 from backends.sessions.buckets import RateBuckets
-from backends.sessions.sqlite_file import SqliteFile
+from backends.sessions.sqlite.file import SqliteFile
 
 _FULL_AT = "SELECT full_at FROM rate_limits WHERE key = ?"
 

@@ -23,8 +23,8 @@ from typing import Any
 from backends.redis_connect import text
 from backends.sessions.base import Session
 from backends.sessions.oauth import ENDED, RACED, REFRESHED, RETIRED_REFRESH_TTL, Grant, OAuthStore
-from backends.sessions.redis import RedisSessionStore
-from backends.sessions.redis_oauth_device import RedisDeviceCodes
+from backends.sessions.redis.oauth_device import RedisDeviceCodes
+from backends.sessions.redis.store import RedisSessionStore
 
 ADD_CODE = """
 redis.call('HSET', KEYS[1], 'record', ARGV[1], 'uses', 0)

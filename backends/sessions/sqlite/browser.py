@@ -8,8 +8,8 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from backends.sessions.base import SessionStore
-from backends.sessions.pages import BrowserSession, PageSessions
-from backends.sessions.sqlite import SqliteSessionStore
+from backends.sessions.browser import BrowserSession, PageSessions
+from backends.sessions.sqlite.store import SqliteSessionStore
 
 T = TypeVar("T")
 _COLUMNS = "id, user, created, expires, ip, user_agent"

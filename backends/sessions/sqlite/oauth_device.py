@@ -1,5 +1,5 @@
 """The device authorizations of the OAuth store (RFC 8628) in the SQLite session file: a mixin of
-SqliteOAuthStore (backends.sessions.sqlite_oauth), on its writer thread and transactions.
+SqliteOAuthStore (backends.sessions.sqlite.oauth), on its writer thread and transactions.
 
 One row per authorization, keyed by the digest of its device code, with the digest of its user
 code unique among them; expired rows are deleted as new ones come.

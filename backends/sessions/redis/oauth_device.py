@@ -1,5 +1,5 @@
 """The device authorizations of the OAuth store (RFC 8628) in Redis: a mixin of RedisOAuthStore
-(backends.sessions.redis_oauth), under its key prefix.
+(backends.sessions.redis.oauth), under its key prefix.
 
 - `<prefix>oauth:device_code:<digest of the device code>`: hash {record, state, decision,
   last_poll}, expiring with the authorization;

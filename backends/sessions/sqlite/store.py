@@ -9,9 +9,9 @@ from typing import Any
 
 from backends.base import resolve_path
 from backends.sessions.base import Device, Session, SessionStore
-from backends.sessions.sqlite_buckets import SqliteRateBuckets
-from backends.sessions.sqlite_delegation import SqliteDelegationState
-from backends.sessions.sqlite_file import SqliteFile
+from backends.sessions.sqlite.buckets import SqliteRateBuckets
+from backends.sessions.sqlite.delegation import SqliteDelegationState
+from backends.sessions.sqlite.file import SqliteFile
 
 logger = logging.getLogger(__name__)
 

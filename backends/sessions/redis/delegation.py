@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from backends.redis_connect import text
 from backends.sessions.delegation import DelegationState
-from backends.sessions.redis_part import RedisPart
-from backends.sessions.redis_scripts import CLEAR_RESYNC
+from backends.sessions.redis.part import RedisPart
+from backends.sessions.redis.scripts import CLEAR_RESYNC
 
 
 class RedisDelegationState(RedisPart, DelegationState):

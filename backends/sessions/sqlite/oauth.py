@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 from backends.sessions.base import Session
 from backends.sessions.oauth import ENDED, RACED, REFRESHED, RETIRED_REFRESH_TTL, Grant, OAuthStore
-from backends.sessions.sqlite import SqliteSessionStore
-from backends.sessions.sqlite_oauth_device import SqliteDeviceCodes
+from backends.sessions.sqlite.oauth_device import SqliteDeviceCodes
+from backends.sessions.sqlite.store import SqliteSessionStore
 
 T = TypeVar("T")
 PURGE_EVERY = 600.0  # seconds between purges of expired rows, per process

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from backends.sessions.buckets import RateBuckets
-from backends.sessions.redis_part import RedisPart
-from backends.sessions.redis_scripts import RATE_LIMIT
+from backends.sessions.redis.part import RedisPart
+from backends.sessions.redis.scripts import RATE_LIMIT
 
 
 class RedisRateBuckets(RedisPart, RateBuckets):

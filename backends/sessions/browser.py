@@ -59,8 +59,8 @@ class PageSessions(abc.ABC):
 
 
 _IMPLEMENTATIONS = {
-    "sqlite": "backends.sessions.sqlite_pages:SqlitePageSessions",
-    "redis": "backends.sessions.redis_pages:RedisPageSessions",
+    "sqlite": "backends.sessions.sqlite.browser:SqlitePageSessions",
+    "redis": "backends.sessions.redis.browser:RedisPageSessions",
 }
 
 

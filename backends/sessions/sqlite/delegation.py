@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 
 from backends.sessions.delegation import DelegationState
-from backends.sessions.sqlite_file import SqliteFile
+from backends.sessions.sqlite.file import SqliteFile
 
 
 class SqliteDelegationState(DelegationState):

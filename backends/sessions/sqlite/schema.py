@@ -55,7 +55,7 @@ MIGRATIONS: list[str] = [
     ALTER TABLE sessions ADD COLUMN identity_fp TEXT;
     ALTER TABLE sessions ADD COLUMN password_fp TEXT;
     """,
-    # The account page's sign-ins (backends.sessions.sqlite_pages): one row each until it ends.
+    # The account page's sign-ins (backends.sessions.sqlite.browser): one row each until it ends.
     """
     CREATE TABLE page_sessions (
         id         TEXT PRIMARY KEY,  -- the page cookie's nonce

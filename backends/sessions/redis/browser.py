@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from backends.redis_connect import text
 from backends.sessions.base import SessionStore
-from backends.sessions.pages import BrowserSession, PageSessions
-from backends.sessions.redis import RedisSessionStore
+from backends.sessions.browser import BrowserSession, PageSessions
+from backends.sessions.redis.store import RedisSessionStore
 
 _FIELDS = ("user", "created", "expires", "ip", "user_agent")
 
