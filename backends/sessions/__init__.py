@@ -33,9 +33,10 @@ import importlib
 from typing import Any
 
 from backends.base import ConfigError
-from backends.sessions.base import Device, Session, SessionStore
+from backends.sessions.base import SessionStore
 from backends.sessions.buckets import RateBuckets
 from backends.sessions.delegation import DelegationState
+from backends.sessions.records import Device, Session
 
 __all__ = [
     "DelegationState",

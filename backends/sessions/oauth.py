@@ -14,7 +14,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from backends.sessions.base import Session
+from backends.sessions.records import Session
 
 # Seconds a refresh token that was rotated away is still recognised (so its replay ends the
 # session) after it stopped being the current or the previous one.

@@ -21,8 +21,8 @@ import json
 from typing import Any
 
 from backends.redis_connect import text
-from backends.sessions.base import Session
 from backends.sessions.oauth import ENDED, RACED, REFRESHED, RETIRED_REFRESH_TTL, Grant, OAuthStore
+from backends.sessions.records import Session
 from backends.sessions.redis.oauth_device import RedisDeviceCodes
 from backends.sessions.redis.store import RedisSessionStore
 

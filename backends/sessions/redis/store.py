@@ -8,7 +8,8 @@ from typing import Any
 
 from backends.base import ConfigError
 from backends.redis_connect import RedisConnection, text
-from backends.sessions.base import Device, Session, SessionStore
+from backends.sessions.base import SessionStore
+from backends.sessions.records import Device, Session
 from backends.sessions.redis.buckets import RedisRateBuckets
 from backends.sessions.redis.delegation import RedisDelegationState
 from backends.sessions.redis.scripts import DEVICES, END, END_DEVICES, END_STALE, OPEN, REFINGERPRINT, RENAME, TOUCH

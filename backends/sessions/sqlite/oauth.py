@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from backends.sessions.base import Session
 from backends.sessions.oauth import ENDED, RACED, REFRESHED, RETIRED_REFRESH_TTL, Grant, OAuthStore
+from backends.sessions.records import Session
 from backends.sessions.sqlite.oauth_device import SqliteDeviceCodes
 from backends.sessions.sqlite.store import SqliteSessionStore
 

@@ -8,7 +8,8 @@ import time
 from typing import Any
 
 from backends.base import resolve_path
-from backends.sessions.base import Device, Session, SessionStore
+from backends.sessions.base import SessionStore
+from backends.sessions.records import Device, Session
 from backends.sessions.sqlite.buckets import SqliteRateBuckets
 from backends.sessions.sqlite.delegation import SqliteDelegationState
 from backends.sessions.sqlite.file import SqliteFile
