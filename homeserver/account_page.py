@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from backends.base import StoreUnavailable, User
-from backends.sessions.browser import MAX_USER_AGENT, BrowserSession, PageSessions
+from backends.sessions.browser import MAX_USER_AGENT, BrowserSession, BrowserSessions
 from homeserver import audit
 from homeserver.credentials import Credentials
 from homeserver.delegation.synapse import SynapseNotFound
@@ -164,7 +164,7 @@ class AccountPage:
         self,
         *,
         users: Users,
-        store: PageSessions,
+        store: BrowserSessions,
         login: LoginService,
         credentials: Credentials,
         delegation: Delegation | None,

@@ -1,12 +1,16 @@
 """`SessionStore`, the main interface of a session store: sessions and devices (the records are
-records.py's), the store's life (its other jobs have interfaces of their own, listed in
-backends/sessions/__init__.py)."""
+records.py's), the store's life, and one door to each of its other parts (each with an
+interface of its own, listed in backends/sessions/__init__.py)."""
 
 from __future__ import annotations
 
 import abc
 from typing import Any, ClassVar
 
+from backends.sessions.browser import BrowserSessions
+from backends.sessions.buckets import RateBuckets
+from backends.sessions.delegation import DelegationState
+from backends.sessions.oauth import OAuthStore
 from backends.sessions.records import Device, Session
 
 __all__ = ["Device", "Session", "SessionStore"]
@@ -19,6 +23,10 @@ class SessionStore(abc.ABC):
     down, hangs past its timeout or is locked too long.
 
     Used by homeserver.sessions (open, check, end) and homeserver.devices (list, rename).
+
+    Its other parts are reached through it, one door each (`oauth()`, `browser_sessions()`,
+    `buckets()`, `delegation()`): each returns the same object every time, built with the
+    store on its own connection (usable once the store is started), never a cast of the store.
     """
 
     #: the name under which the store is registered (`[sessions] store`)
@@ -37,6 +45,26 @@ class SessionStore(abc.ABC):
 
     async def check_health(self) -> None:
         """Raise `StoreUnavailable` when the store cannot answer right now."""
+
+    # -- its other parts: one door each --------------------------------------------------
+
+    @abc.abstractmethod
+    def oauth(self) -> OAuthStore:
+        """The OAuth 2.0 API's clients, codes, grants and device authorizations (oauth.py)."""
+
+    @abc.abstractmethod
+    def browser_sessions(self) -> BrowserSessions:
+        """The account page's sign-ins (browser.py)."""
+
+    @abc.abstractmethod
+    def buckets(self) -> RateBuckets:
+        """The login rate-limit buckets every process on the store shares (buckets.py)."""
+
+    @abc.abstractmethod
+    def delegation(self) -> DelegationState:
+        """What Synapse was told, when this server is its authentication service (delegation.py)."""
+
+    # -- sessions and devices ------------------------------------------------------------
 
     @abc.abstractmethod
     async def open(self, session: Session, display_name: str | None) -> None:

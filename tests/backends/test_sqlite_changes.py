@@ -178,17 +178,17 @@ async def test_the_production_write_mix_leaves_kept_sessions_in_place_and_answer
     reads = a.db.read_conn.reads
 
     await b.touch("alice", "h1", "10.9.9.9", 5)
-    assert await b.rate_limit("address:10.0.0.1", 1.0, 2.0) == 0.0
-    assert await b.rate_limit("address:10.0.0.1", 1.0, 2.0) == 0.0
-    assert await b.rate_limit("failed:alice", 1.0, 2.0, take=False) == 0.0
+    assert await b.buckets().rate_limit("address:10.0.0.1", 1.0, 2.0) == 0.0
+    assert await b.buckets().rate_limit("address:10.0.0.1", 1.0, 2.0) == 0.0
+    assert await b.buckets().rate_limit("failed:alice", 1.0, 2.0, take=False) == 0.0
     await b.open(session("h2", user="bob"), None)
     kept = await a.get("alice", "h1")
     assert kept is not None and kept.ended_ts is None and kept.user == "alice"
     assert a.db.read_conn.reads == reads  # none of those moved the counter: still kept
 
     # Rate steps are the file's in every process: the peek sees the other's two takes.
-    assert await a.rate_limit("address:10.0.0.1", 1.0, 2.0, take=False) > 0
-    assert await a.rate_limit("address:10.0.0.1", 1.0, 2.0) > 0
+    assert await a.buckets().rate_limit("address:10.0.0.1", 1.0, 2.0, take=False) > 0
+    assert await a.buckets().rate_limit("address:10.0.0.1", 1.0, 2.0) > 0
     # The touch is in the file (devices read it there), and bob's new session is seen.
     assert (await a.device("alice", "D1")).last_seen_ip == "10.9.9.9"
     assert (await a.get("bob", "h2")).ended_ts is None

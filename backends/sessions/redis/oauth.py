@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any
 
-from backends.redis_connect import text
+from backends.redis_connect import RedisConnection, text
+from backends.sessions.base import SessionStore
 from backends.sessions.oauth import ENDED, RACED, REFRESHED, RETIRED_REFRESH_TTL, Grant, OAuthStore
 from backends.sessions.records import Session
 from backends.sessions.redis.oauth_device import RedisDeviceCodes
-from backends.sessions.redis.store import RedisSessionStore
 
 ADD_CODE = """
 redis.call('HSET', KEYS[1], 'record', ARGV[1], 'uses', 0)
@@ -54,14 +55,17 @@ def _ms(seconds: float) -> int:
 
 
 class RedisOAuthStore(RedisDeviceCodes, OAuthStore):
-    """On the session store's connection and key prefix (its `session_key(user, token digest)`
-    names a session's hash, for `access_used`)."""
+    """On the session store's connection, under its key prefix + "oauth:". A refresh opens and
+    ends sessions through the session store (`sessions`); `session_key(user, token digest)`
+    names a session's hash, for `access_used`."""
 
-    def __init__(self, sessions: RedisSessionStore) -> None:
+    def __init__(
+        self, connection: RedisConnection, prefix: str, *,
+        sessions: SessionStore, session_key: Callable[[str, str], str],
+    ) -> None:
+        super().__init__(connection, prefix)
         self.sessions = sessions
-        self.connection = sessions.connection
-        self.prefix = sessions.prefix + "oauth:"
-        self.session_key = sessions.session_key
+        self.session_key = session_key
 
     def _device_key(self, user: str, device_id: str) -> str:
         digest = hashlib.sha256(json.dumps([user, device_id]).encode("utf-8", "surrogatepass")).hexdigest()

@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from backends.redis_connect import RedisConnection, text
+from backends.redis_connect import text
 from backends.sessions.oauth import APPROVED, PENDING, USED, DeviceAuthorization
+from backends.sessions.redis.part import RedisPart
 
 ADD = """
 redis.call('HSET', KEYS[1], 'record', ARGV[1], 'state', ARGV[2], 'decision', '{}', 'last_poll', 0)
@@ -41,11 +42,9 @@ return {found[1], found[2], found[3], too_soon}
 """
 
 
-class RedisDeviceCodes:
-    """The device-code methods of the OAuth store, on the store's connection and prefix."""
-
-    connection: RedisConnection
-    prefix: str  # the OAuth store's, ending in "oauth:"
+class RedisDeviceCodes(RedisPart):
+    """The device-code methods of the OAuth store, on the store's connection and prefix (the
+    OAuth store's, ending in "oauth:")."""
 
     async def _eval(self, script: str, key: str, *args: Any) -> Any:
         with self.connection.errors():

@@ -16,11 +16,10 @@ from typing import Any, TypeVar
 
 from backends.sessions.oauth import ENDED, RACED, REFRESHED, RETIRED_REFRESH_TTL, Grant, OAuthStore
 from backends.sessions.records import Session
+from backends.sessions.sqlite.file import SqliteFile
 from backends.sessions.sqlite.oauth_device import SqliteDeviceCodes
-from backends.sessions.sqlite.store import SqliteSessionStore
 
 T = TypeVar("T")
-PURGE_EVERY = 600.0  # seconds between purges of expired rows, per process
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS oauth_clients (
@@ -58,19 +57,21 @@ def _ms(seconds: float = 0.0) -> int:
 
 
 class SqliteOAuthStore(SqliteDeviceCodes, OAuthStore):
-    """On the session store's file (`sessions.db`, sqlite_file.SqliteFile): writes on its writer
-    thread, the refresh path's reads on the loop's read connection."""
+    """On the session store's file (`db`, file.SqliteFile): writes on its writer thread, the
+    refresh path's reads on the loop's read connection. A refresh opens its access token's
+    session as the session store does (`open_session`: SqliteSessionStore.insert), in its
+    own transaction. Expired rows go with the file's purge."""
 
-    def __init__(self, sessions: SqliteSessionStore) -> None:
-        self._sessions = sessions
-        self._db = sessions.db
-        self._write = sessions.db.write
-        self._conn = sessions.db.conn
+    def __init__(
+        self, db: SqliteFile, *, open_session: Callable[[sqlite3.Connection, Session, str | None], None]
+    ) -> None:
+        super().__init__(db)
+        self._open_session = open_session
         self._ready = False
-        self._last_purge = 0.0
+        db.on_purge(self._purge)
 
     def _schema(self) -> sqlite3.Connection:
-        conn = self._conn()
+        conn = self.db.conn()
         if not self._ready:
             for statement in filter(str.strip, SCHEMA.split(";")):
                 conn.execute(statement)
@@ -79,38 +80,30 @@ class SqliteOAuthStore(SqliteDeviceCodes, OAuthStore):
 
     async def _read(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """`work` reading on the writer thread's connection (autocommit: no write lock taken)."""
-        result: T = await self._write(lambda: work(self._schema()))
+        result: T = await self.db.write(lambda: work(self._schema()))
         return result
 
     async def _read_here(self, sql: str, args: tuple[Any, ...]) -> Any:
         """One row read on the loop's read connection (a reader never waits for the writer)."""
         if not self._ready:  # the tables exist once this process's writer made sure of them
-            await self._write(self._schema)
-        return self._db.read(sql, args)
+            await self.db.write(self._schema)
+        return self.db.read(sql, args)
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """`work` in one write transaction on the session store's writer thread (the file's
         own transaction: a failed COMMIT is rolled back there)."""
-
-        def both(conn: sqlite3.Connection) -> T:
-            result = work(conn)
-            self._maybe_purge(conn)
-            return result
-
-        transaction = self._db.transaction(both)
+        transaction = self.db.transaction(work)
 
         def run() -> T:
             self._schema()
             return transaction()
 
-        result: T = await self._write(run)
+        result: T = await self.db.write(run)
+        await self.db.purge_now_and_then()
         return result
 
-    def _maybe_purge(self, conn: sqlite3.Connection) -> None:
-        now = time.monotonic()
-        if now - self._last_purge < PURGE_EVERY:
-            return
-        self._last_purge = now
+    @staticmethod
+    def _purge(conn: sqlite3.Connection) -> None:
         ms = _ms()
         conn.execute("DELETE FROM oauth_codes WHERE expires_ts < ?", (ms,))
         conn.execute("DELETE FROM oauth_refresh WHERE expires_ts < ?", (ms,))
@@ -250,7 +243,7 @@ class SqliteOAuthStore(SqliteDeviceCodes, OAuthStore):
             if open_ is None:
                 self._delete(conn, grant.grant_id)
                 return ENDED
-            SqliteSessionStore.insert(conn, access, None)
+            self._open_session(conn, access, None)
             if end_access:
                 conn.execute(
                     "UPDATE sessions SET ended_ts = ? WHERE token_hash = ? AND user = ? AND ended_ts IS NULL",
@@ -261,15 +254,14 @@ class SqliteOAuthStore(SqliteDeviceCodes, OAuthStore):
                     "UPDATE oauth_clients SET expires_ts = MAX(expires_ts, ?) WHERE client_id = ?",
                     (_ms(client_idle), grant.client_id),
                 )
-            self._maybe_purge(conn)
             return REFRESHED
 
         # One transaction. Only the end of an access token's session (which a process may keep:
         # a lost answer's token, seen unused but perhaps in use) moves the change counter: the
-        # usual refresh leaves every process's kept sessions standing (sqlite_changes).
-        outcome: str = await self._write(self._db.transaction(work, ends=bool(end_access)))
+        # usual refresh leaves every process's kept sessions standing (changes.py).
+        outcome: str = await self.db.write(self.db.transaction(work, ends=bool(end_access)))
         if outcome == REFRESHED:
-            await self._sessions.purge_now_and_then()
+            await self.db.purge_now_and_then()
         return outcome
 
     async def device_grant(self, user: str, device_id: str) -> Grant | None:

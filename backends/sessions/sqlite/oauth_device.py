@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from backends.sessions.oauth import APPROVED, PENDING, USED, DeviceAuthorization
+from backends.sessions.sqlite.file import SqlitePart
 
 T = TypeVar("T")
 
@@ -41,7 +42,7 @@ def _row(row: tuple[Any, ...] | None, too_soon: bool = False) -> DeviceAuthoriza
     return DeviceAuthorization(str(row[0]), json.loads(row[1]), str(row[2]), json.loads(row[3]), too_soon)
 
 
-class SqliteDeviceCodes:
+class SqliteDeviceCodes(SqlitePart):
     """The device-code methods of the OAuth store; `_run` is the store's write transaction."""
 
     _device_ready = False
