@@ -71,10 +71,6 @@ class RedisOAuthStore(RedisDeviceCodes, OAuthStore):
         digest = hashlib.sha256(json.dumps([user, device_id]).encode("utf-8", "surrogatepass")).hexdigest()
         return f"{self.prefix}device:{digest}"
 
-    async def _script(self, script: str, keys: list[str], args: list[Any]) -> Any:
-        with self.connection.errors():
-            return await self.connection.connect().eval(script, len(keys), *keys, *args)
-
     # -- clients --------------------------------------------------------------------
 
     async def add_client(self, client_id: str, metadata: dict[str, Any], idle: float) -> None:
@@ -93,16 +89,16 @@ class RedisOAuthStore(RedisDeviceCodes, OAuthStore):
     # -- codes ----------------------------------------------------------------------
 
     async def add_code(self, code_hash: str, record: dict[str, Any], ttl: float) -> None:
-        await self._script(ADD_CODE, [f"{self.prefix}code:{code_hash}"], [json.dumps(record), _ms(ttl)])
+        await self.script(ADD_CODE, [f"{self.prefix}code:{code_hash}"], [json.dumps(record), _ms(ttl)])
 
     async def take_code(self, code_hash: str) -> tuple[dict[str, Any], int] | None:
-        found = await self._script(TAKE_CODE, [f"{self.prefix}code:{code_hash}"], [])
+        found = await self.script(TAKE_CODE, [f"{self.prefix}code:{code_hash}"], [])
         if not found:
             return None
         return json.loads(found[0]), int(found[1])
 
     async def give_back_code(self, code_hash: str, uses: int) -> None:
-        await self._script(GIVE_BACK_CODE, [f"{self.prefix}code:{code_hash}"], [str(uses)])
+        await self.script(GIVE_BACK_CODE, [f"{self.prefix}code:{code_hash}"], [str(uses)])
 
     # -- grants ---------------------------------------------------------------------
 
@@ -129,7 +125,7 @@ class RedisOAuthStore(RedisDeviceCodes, OAuthStore):
 
     async def rotate_grant(self, expected_refresh_hash: str, grant: Grant, idle: float) -> bool:
         px = _ms(idle)
-        before = await self._script(
+        before = await self.script(
             ROTATE, [f"{self.prefix}grant:{grant.grant_id}"], [expected_refresh_hash, grant.encode(), px]
         )
         if not before:

@@ -46,10 +46,6 @@ class RedisDeviceCodes(RedisPart):
     """The device-code methods of the OAuth store, on the store's connection and prefix (the
     OAuth store's, ending in "oauth:")."""
 
-    async def _eval(self, script: str, key: str, *args: Any) -> Any:
-        with self.connection.errors():
-            return await self.connection.connect().eval(script, 1, key, *args)
-
     def _code_key(self, device_hash: str) -> str:
         return f"{self.prefix}device_code:{device_hash}"
 
@@ -61,7 +57,7 @@ class RedisDeviceCodes(RedisPart):
             )
         if not taken:
             return False
-        await self._eval(ADD, self._code_key(device_hash), json.dumps(record), PENDING, px)
+        await self.script(ADD, [self._code_key(device_hash)], [json.dumps(record), PENDING, px])
         return True
 
     async def device_code_by_user_code(self, user_code_hash: str) -> DeviceAuthorization | None:
@@ -79,11 +75,11 @@ class RedisDeviceCodes(RedisPart):
     async def decide_device_code(
         self, device_hash: str, state: str, decision: dict[str, Any], expected: str = PENDING
     ) -> bool:
-        done = await self._eval(DECIDE, self._code_key(device_hash), state, json.dumps(decision), expected)
+        done = await self.script(DECIDE, [self._code_key(device_hash)], [state, json.dumps(decision), expected])
         return bool(done)
 
     async def poll_device_code(self, device_hash: str, now_ms: int, interval_ms: int) -> DeviceAuthorization | None:
-        found = await self._eval(POLL, self._code_key(device_hash), now_ms, interval_ms, APPROVED, USED)
+        found = await self.script(POLL, [self._code_key(device_hash)], [now_ms, interval_ms, APPROVED, USED])
         if not found:
             return None
         return DeviceAuthorization(
