@@ -1,7 +1,7 @@
 """The OAuth store (backends.sessions.oauth) in the SQLite session store's file, on its writer thread.
 
-Its tables are created on first use (IF NOT EXISTS), apart from the session schema's
-migrations: the session store reads none of them. Expired rows are purged now and then.
+Its tables are born in the session file's migrations (schema.py, 5 and 6). Expired rows go
+with the file's purge.
 A refresh is one write transaction (`refresh_grant`: the grant rotated, the new access
 token's session opened), its reads on the loop's read connection.
 """
@@ -21,37 +21,6 @@ from backends.sessions.sqlite.oauth_device import SqliteDeviceCodes
 
 T = TypeVar("T")
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS oauth_clients (
-    client_id  TEXT PRIMARY KEY,
-    metadata   TEXT NOT NULL,     -- JSON, as registered
-    expires_ts INTEGER NOT NULL   -- ms, kept past it while a grant of the client lives
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS oauth_codes (
-    code_hash  TEXT PRIMARY KEY,  -- SHA-256 of the code, hex
-    record     TEXT NOT NULL,
-    uses       INTEGER NOT NULL DEFAULT 0,
-    expires_ts INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS oauth_grants (
-    grant_id   TEXT PRIMARY KEY,
-    user       TEXT NOT NULL,
-    device_id  TEXT NOT NULL,
-    client_id  TEXT NOT NULL,
-    record     TEXT NOT NULL,     -- the Grant, JSON
-    expires_ts INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS oauth_grants_device ON oauth_grants (user, device_id);
-CREATE INDEX IF NOT EXISTS oauth_grants_client ON oauth_grants (client_id);
-CREATE TABLE IF NOT EXISTS oauth_refresh (
-    refresh_hash TEXT PRIMARY KEY, -- SHA-256 of a refresh token, hex
-    grant_id     TEXT NOT NULL,
-    expires_ts   INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS oauth_refresh_grant ON oauth_refresh (grant_id);
-"""
-
-
 def _ms(seconds: float = 0.0) -> int:
     return int((time.time() + seconds) * 1000)
 
@@ -67,38 +36,21 @@ class SqliteOAuthStore(SqliteDeviceCodes, OAuthStore):
     ) -> None:
         super().__init__(db)
         self._open_session = open_session
-        self._ready = False
         db.on_purge(self._purge)
-
-    def _schema(self) -> sqlite3.Connection:
-        conn = self.db.conn()
-        if not self._ready:
-            for statement in filter(str.strip, SCHEMA.split(";")):
-                conn.execute(statement)
-            self._ready = True
-        return conn
 
     async def _read(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """`work` reading on the writer thread's connection (autocommit: no write lock taken)."""
-        result: T = await self.db.write(lambda: work(self._schema()))
+        result: T = await self.db.write(lambda: work(self.db.conn()))
         return result
 
     async def _read_here(self, sql: str, args: tuple[Any, ...]) -> Any:
         """One row read on the loop's read connection (a reader never waits for the writer)."""
-        if not self._ready:  # the tables exist once this process's writer made sure of them
-            await self.db.write(self._schema)
         return self.db.read(sql, args)
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """`work` in one write transaction on the session store's writer thread (the file's
         own transaction: a failed COMMIT is rolled back there)."""
-        transaction = self.db.transaction(work)
-
-        def run() -> T:
-            self._schema()
-            return transaction()
-
-        result: T = await self.db.write(run)
+        result: T = await self.db.write(self.db.transaction(work))
         await self.db.purge_now_and_then()
         return result
 
@@ -230,7 +182,6 @@ class SqliteOAuthStore(SqliteDeviceCodes, OAuthStore):
         grant_session: str, end_access: str = "", client_idle: float | None = None,
     ) -> str:
         def work(conn: sqlite3.Connection) -> str:
-            self._schema()
             # The grant's session is read in the transaction: an end by any process is either
             # committed before it (seen here) or after it (and ends the new session with the device).
             open_ = conn.execute(
