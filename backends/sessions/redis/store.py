@@ -14,7 +14,17 @@ from backends.sessions.redis.buckets import RedisRateBuckets
 from backends.sessions.redis.delegation import RedisDelegationState
 from backends.sessions.redis.oauth import RedisOAuthStore
 from backends.sessions.redis.part import RedisPart, user_base
-from backends.sessions.redis.scripts import DEVICES, END, END_DEVICES, END_STALE, OPEN, REFINGERPRINT, RENAME, TOUCH
+from backends.sessions.redis.scripts import (
+    DEVICES,
+    END,
+    END_DEVICES,
+    END_STALE,
+    OPEN,
+    REFINGERPRINT,
+    RENAME,
+    TOUCH,
+    fingerprint_rule_args,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -152,8 +162,7 @@ class RedisSessionStore(RedisPart, SessionStore):
 
     async def end_stale(self, user: str, identity_fps: list[str], password_fps: list[str] | None) -> list[str]:
         base = self.base(user)
-        args: list[Any] = [self.keep_ended_ms, base, len(identity_fps), *identity_fps]
-        args += ["0"] if password_fps is None else ["1", *password_fps]
+        args: list[Any] = [self.keep_ended_ms, base, *fingerprint_rule_args(identity_fps, password_fps)]
         ended = await self.script(END_STALE, [f"{base}devices"], args)
         return [text(device) for device in ended]
 
@@ -161,8 +170,7 @@ class RedisSessionStore(RedisPart, SessionStore):
         self, user: str, identity_fps: list[str], password_fps: list[str] | None, new: tuple[str, str] | None
     ) -> int:
         base = self.base(user)
-        args: list[Any] = [base, *(new or ("", "")), len(identity_fps), *identity_fps]
-        args += ["0"] if password_fps is None else ["1", *password_fps]
+        args: list[Any] = [base, *(new or ("", "")), *fingerprint_rule_args(identity_fps, password_fps)]
         return int(await self.script(REFINGERPRINT, [f"{base}devices"], args))
 
     # -- devices --------------------------------------------------------------------

@@ -24,6 +24,23 @@ _SESSION_COLUMNS = (
 )
 _GET = f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE token_hash = ?"
 KEPT_SESSIONS = 10_000  # sessions a process keeps; past this, it starts afresh
+# The open sessions of a user (the first argument) that carry fingerprints: the ones the
+# credential-fingerprint rule speaks of (those without were opened before; they stay).
+_FINGERPRINTED = "user = ? AND ended_ts IS NULL AND identity_fp IS NOT NULL"
+
+
+def kept_by_fingerprints(identity_fps: list[str], password_fps: list[str] | None) -> tuple[str, list[str]]:
+    """The credential-fingerprint rule, written once for SQLite (`end_stale` ends the sessions
+    it does not keep, `refingerprint` counts and carries those it keeps; redis/scripts.py's
+    `fingerprint_rule` in Lua, homeserver.credentials for one session): a session with
+    fingerprints is kept while its identity digest is one of `identity_fps` and, unless
+    `password_fps` is None (password changes let pass), its password digest is absent or one
+    of those (one digest per signing key). The SQL condition and its arguments."""
+    kept = f"identity_fp IN ({', '.join('?' * len(identity_fps))})"
+    if password_fps is None:
+        return kept, list(identity_fps)
+    kept += f" AND (password_fp IS NULL OR password_fp IN ({', '.join('?' * len(password_fps))}))"
+    return kept, [*identity_fps, *password_fps]
 
 
 def _now_ms() -> int:
@@ -179,12 +196,9 @@ class SqliteSessionStore(SqlitePart, SessionStore):
         return await self.db.write(self.db.transaction(work, ends=True))
 
     async def end_stale(self, user: str, identity_fps: list[str], password_fps: list[str] | None) -> list[str]:
-        stale = f"identity_fp NOT IN ({', '.join('?' * len(identity_fps))})"
-        args: list[Any] = [user, *identity_fps]
-        if password_fps is not None:
-            stale += f" OR (password_fp IS NOT NULL AND password_fp NOT IN ({', '.join('?' * len(password_fps))}))"
-            args += password_fps
-        where = f"user = ? AND ended_ts IS NULL AND identity_fp IS NOT NULL AND ({stale})"
+        kept, kept_args = kept_by_fingerprints(identity_fps, password_fps)
+        where = f"{_FINGERPRINTED} AND NOT ({kept})"
+        args: list[Any] = [user, *kept_args]
 
         def work(conn: sqlite3.Connection) -> list[str]:
             rows = conn.execute(
@@ -206,11 +220,9 @@ class SqliteSessionStore(SqlitePart, SessionStore):
     async def refingerprint(
         self, user: str, identity_fps: list[str], password_fps: list[str] | None, new: tuple[str, str] | None
     ) -> int:
-        where = f"user = ? AND ended_ts IS NULL AND identity_fp IN ({', '.join('?' * len(identity_fps))})"
-        args: list[Any] = [user, *identity_fps]
-        if password_fps is not None:
-            where += f" AND (password_fp IS NULL OR password_fp IN ({', '.join('?' * len(password_fps))}))"
-            args += password_fps
+        kept, kept_args = kept_by_fingerprints(identity_fps, password_fps)
+        where = f"{_FINGERPRINTED} AND ({kept})"
+        args: list[Any] = [user, *kept_args]
         if new is None:
             return int(await self.db.write(
                 lambda: self.db.conn().execute(f"SELECT COUNT(*) FROM sessions WHERE {where}", args).fetchone()[0]
