@@ -6,8 +6,6 @@ from backends.redis_connect import text
 from backends.sessions.browser import BrowserSession, BrowserSessions
 from backends.sessions.redis.part import RedisPart, user_base
 
-_FIELDS = ("user", "created", "expires", "ip", "user_agent")
-
 # KEYS: the sign-in's hash, the user's set of sign-ins. ARGV: id, user, created, expires (s),
 # ip, user agent. Both keys expire with the sign-in (the set with its longest-lived one).
 OPEN = """

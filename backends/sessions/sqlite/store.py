@@ -61,8 +61,6 @@ class SqliteSessionStore(SqlitePart, SessionStore):
 
     def __init__(self, path: str, *, timeout: float = 2.0, keep_ended: float = 30 * 86400) -> None:
         super().__init__(SqliteFile(path, timeout))
-        self.path = path
-        self.timeout = timeout
         self.keep_ended_ms = int(keep_ended * 1000)
         # token_hash -> (the session, the change counter's value it was read at)
         self._kept: dict[str, tuple[Session, int]] = {}
