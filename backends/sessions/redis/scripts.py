@@ -209,28 +209,3 @@ if #live(ARGV[1], ARGV[2]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
 return 1
 """
-
-# GCRA, as homeserver.ratelimit.TokenBuckets, on Redis' clock. KEYS: the bucket.
-# ARGV: interval, capacity, "1" to take. Returns the wait in seconds as text ("0": allowed).
-RATE_LIMIT = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local interval, capacity = tonumber(ARGV[1]), tonumber(ARGV[2])
-local full_at = tonumber(redis.call('GET', KEYS[1]) or now)
-local new_full_at = math.max(full_at, now) + interval
-local excess = new_full_at - now - capacity
-if excess > 1e-9 then return tostring(excess) end
-if ARGV[3] == '1' then
-  -- The bucket is forgotten once it is full again.
-  redis.call('SET', KEYS[1], string.format('%.6f', new_full_at), 'PXAT', math.ceil(new_full_at * 1000))
-end
-return '0'
-"""
-
-# KEYS: the resync hash. ARGV: user, mark. Forget the user only if not marked again since.
-CLEAR_RESYNC = """
-if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
-  return redis.call('HDEL', KEYS[1], ARGV[1])
-end
-return 0
-"""
