@@ -1,5 +1,5 @@
 """The SQLite store keeps the sessions it read only while no process has ended a session
-since (the change counter, backends/sessions/sqlite_changes.py): an end by any process is
+since (the change counter, backends/sessions/sqlite/changes.py): an end by any process is
 seen by every other at its next read, as if nothing were kept; the production write mix
 (logins, last-seen touches, rate steps and peeks) leaves what is kept in place; a COMMIT that fails is rolled back."""
 

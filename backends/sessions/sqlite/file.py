@@ -1,4 +1,4 @@
-"""The SQLite session file's plumbing, shared by every interface implemented on it.
+"""The SQLite session file's plumbing, shared by every part of the store.
 
 One WAL file serves every worker process on a host. Writes run on one thread of their own
 (`write`, `transaction`), never on the event loop; short reads that must not wait for a

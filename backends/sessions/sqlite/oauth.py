@@ -1,8 +1,7 @@
 """The OAuth store (backends.sessions.oauth) in the SQLite session store's file, on its writer thread.
 
-Its tables are born in the session file's migrations (schema.py, 5 and 6). Expired rows go
-with the file's purge.
-A refresh is one write transaction (`refresh_grant`: the grant rotated, the new access
+Its tables are born in the session file's migrations (schema.py, 5 and 6); expired rows go
+with the file's purge. A refresh is one write transaction (`refresh_grant`: the grant rotated, the new access
 token's session opened), its reads on the loop's read connection.
 """
 

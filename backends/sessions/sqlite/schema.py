@@ -1,5 +1,9 @@
 """The SQLite session store's file: opening it (WAL, retried while another process holds it) and its
-schema, created or migrated at start-up (PRAGMA user_version)."""
+schema, created or migrated at start-up (PRAGMA user_version). Every table of every part is
+born in a numbered migration: 1 sessions, devices, rate_limits; 2 delegation_users,
+delegation_resync; 3 the sessions' credential fingerprints; 4 page_sessions (the account
+page's sign-ins); 5 oauth_clients, oauth_codes, oauth_grants, oauth_refresh; 6
+oauth_device_codes."""
 
 from __future__ import annotations
 
