@@ -30,8 +30,9 @@ Implementations, one folder per store, one file per concern:
   prefix, `script`; `user_base`, the hash tag of a user's keys), scripts.py (the sessions'
   Lua scripts), then one file per part, as SQLite's (each with its own scripts and keys).
 
-A new part (say, second factors): its interface in a module here (`second_factors.py`,
-an ABC whose methods raise `backends.base.StoreUnavailable` when the store cannot answer);
+A new part (this round's: imported Synapse tokens, second factors, the directory sweep's
+state): its interface in a module here (say `second_factors.py`, an ABC whose methods raise
+`backends.base.StoreUnavailable` when the store cannot answer);
 one file per store implementing it on the store's plumbing (`sqlite/second_factors.py`, a
 `SqlitePart` whose tables come in a new numbered migration in sqlite/schema.py;
 `redis/second_factors.py`, a `RedisPart` whose keys its docstring and docs/redis.md list);
