@@ -38,7 +38,7 @@ from backends.sessions.browser import MAX_USER_AGENT, BrowserSession, BrowserSes
 from homeserver import audit
 from homeserver.credentials import Credentials
 from homeserver.delegation.synapse import SynapseNotFound
-from homeserver.errors import M_USER_LOCKED, MatrixError
+from homeserver.errors import M_USER_LOCKED, MatrixError, PageError
 from homeserver.login import LoginRefused, LoginService
 from homeserver.names import user_id
 from homeserver.profile import profile_body
@@ -124,16 +124,6 @@ class PageSession:
         if not isinstance(issued, int) or isinstance(issued, bool):
             return None
         return cls(user, identity_fp, password_fp, issued, nonce)
-
-
-class PageError(Exception):
-    """What the page tells the person (a wrong password, a limit, a store down), with a status."""
-
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = headers or {}
 
 
 def page_error(exc: BaseException, *, refused: str = WRONG_CREDENTIALS) -> PageError:

@@ -1,6 +1,14 @@
-"""Matrix errors raised anywhere and turned into JSON bodies by the base handler.
+"""The errors an answer is made of: raised anywhere, written by the handlers' one error path.
 
-The error codes, and the errors more than one place raises, are named here once.
+`HTTPProblem` is every such error: a status, a message and the headers the answer carries
+(`Retry-After`, `WWW-Authenticate`). Its kinds differ only in the body: `MatrixError` (the
+API's JSON `errcode`/`error`), `homeserver.oauth.errors.OAuthError` (OAuth's `error` /
+`error_description`) and `PageError` (a sentence on an HTML page). The handlers apply the
+status and headers in one place (`handlers.base.ServerHandler.answer_problem`) and render
+only the body, each side its own (starlette's `HTTPException`, jupyter_server's
+`APIHandler.write_error`).
+
+The Matrix error codes, and the errors more than one place raises, are named here once.
 """
 
 from __future__ import annotations
@@ -27,7 +35,9 @@ __all__ = [
     "M_UNRECOGNIZED",
     "M_USER_LOCKED",
     "ConfigError",
+    "HTTPProblem",
     "MatrixError",
+    "PageError",
     "StoreDataError",
     "StoreUnavailable",
     "invalid_param",
@@ -57,8 +67,27 @@ M_UNRECOGNIZED = "M_UNRECOGNIZED"
 M_USER_LOCKED = "M_USER_LOCKED"
 
 
-class MatrixError(Exception):
-    """An error with an HTTP status, a Matrix errcode and a human-readable message."""
+class HTTPProblem(Exception):
+    """An answer that is no success: its HTTP status, a message, and the headers it carries."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body of the error (each kind has its own keys)."""
+        return {"error": self.message}
+
+
+class PageError(HTTPProblem):
+    """What a page tells the person (a wrong password, a limit, a code that expired, a store
+    down): a sentence for people, shown on the page with the status and headers."""
+
+
+class MatrixError(HTTPProblem):
+    """An error of the Matrix API: an HTTP status, a Matrix errcode and a human-readable message."""
 
     def __init__(
         self,
@@ -69,11 +98,9 @@ class MatrixError(Exception):
         headers: dict[str, str] | None = None,
         **extra: Any,
     ) -> None:
-        super().__init__(f"{status} {errcode}: {message}")
-        self.status = status
+        super().__init__(status, message, headers)
+        self.args = (f"{status} {errcode}: {message}",)
         self.errcode = errcode
-        self.message = message
-        self.headers = headers or {}
         self.extra = extra
 
     def body(self) -> dict[str, Any]:

@@ -29,7 +29,7 @@ Fetch = Callable[..., Awaitable[Response]]
 # node, calls their starters itself.
 TIER_FIXTURES = {
     "redis": {"redis_server", "redis_url", "redis_users", "redis_cluster", "sentinel_setup"},
-    "ldap": {"slapd"},
+    "ldap": {"slapd"},  # and any fixture named *_slapd (a test's private directory)
     "synapse": {"synapse_stack"},
     "browser": {"driver", "axe_source"},
     "node": {"js_sdk", "js_chat", "js_upload", "axe_source"},
@@ -44,6 +44,8 @@ TIER_TIMEOUTS = {"synapse": 900}
 def tiers_of(item: pytest.Item) -> set[str]:
     names = set(getattr(item, "fixturenames", ()))
     tiers = {tier for tier, fixtures in TIER_FIXTURES.items() if names & fixtures}
+    if any(name.endswith("_slapd") for name in names):
+        tiers.add("ldap")
     callspec = getattr(item, "callspec", None)
     params = callspec.params if callspec is not None else {}
     tiers |= {tier for tier, value in TIER_PARAMS.items() if value in params.values()}

@@ -16,9 +16,9 @@ from tornado.web import HTTPError
 
 from backends.base import User
 from homeserver import account_page as page
-from homeserver.account_page import PageError, PageSession, page_error
+from homeserver.account_page import PageSession, page_error
 from homeserver.devices import device_body, display_name_of
-from homeserver.errors import MatrixError
+from homeserver.errors import MatrixError, PageError
 from homeserver.handlers.page_base import NOTICES, WHY_SIGNED_OUT, PageHandler, StylesheetHandler, page_url
 from homeserver.sessions import DEVICE_DELETED, LOGOUT_ALL
 
@@ -92,14 +92,6 @@ class AccountPageHandler(PageHandler):
                 return None
             raise
 
-    def refused(self, exc: Exception, **kwargs: str) -> PageError:
-        """What the page says of a form's error (the one table: account_page.page_error), its
-        headers set on the answer."""
-        said = page_error(exc, **kwargs)
-        for header, value in said.headers.items():
-            self.set_header(header, value)
-        return said
-
     async def post(self) -> None:
         op = self.get_body_argument("op", "")
         if op == "sign_in":
@@ -138,8 +130,7 @@ class AccountPageHandler(PageHandler):
             await self.form_sign_in(name, password, page.AUDIT_REASON)
         except PageError as said:
             self.render_page(
-                "signin.html", said.status, action=action, device_id=device_id, error=said.message, name=name,
-                title="Sign in",
+                "signin.html", problem=said, action=action, device_id=device_id, name=name, title="Sign in"
             )
             return
         self.go(action, device_id=device_id if action in (page.SESSION_VIEW, page.SESSION_END) else None)
@@ -157,8 +148,8 @@ class AccountPageHandler(PageHandler):
         except MatrixError as exc:
             if exc.status >= 500:
                 raise  # Synapse away: the error page says so
-            said = self.refused(exc)  # a name too long, no such device
-            await self.show(page.SESSION_VIEW, device_id, status=said.status, error=said.message)
+            # a name too long, no such device
+            await self.show(page.SESSION_VIEW, device_id, problem=page_error(exc))
             return
         self.go(page.SESSION_VIEW, device_id=device_id, notice="renamed")
 
@@ -185,8 +176,7 @@ class AccountPageHandler(PageHandler):
         try:
             await self.account_page.confirm_password(user, self.get_body_argument("password", ""), self.client_ip)
         except MatrixError as exc:
-            said = self.refused(exc, refused=page.WRONG_PASSWORD)
-            await self.show(page.SESSION_VIEW, keep, status=said.status, error=said.message)
+            await self.show(page.SESSION_VIEW, keep, problem=page_error(exc, refused=page.WRONG_PASSWORD))
             return
         others = [d.device_id for d in await self.hs.devices.list_devices(user.name) if d.device_id != keep]
         if others:
@@ -198,8 +188,7 @@ class AccountPageHandler(PageHandler):
         try:
             await self.account_page.confirm_password(user, self.get_body_argument("password", ""), self.client_ip)
         except MatrixError as exc:
-            said = self.refused(exc, refused=page.WRONG_PASSWORD)
-            await self.sessions_page(said.status, error=said.message)
+            await self.sessions_page(200, problem=page_error(exc, refused=page.WRONG_PASSWORD))
             return
         # Every session and every page sign-in, this one too (Devices.end: one audit line).
         await self.hs.devices.end(user.name, None, LOGOUT_ALL)
@@ -212,7 +201,7 @@ class AccountPageHandler(PageHandler):
             await self.account_page.confirm_password(user, self.get_body_argument("password", ""), self.client_ip)
             await self.account_page.allow_cross_signing_reset(user)
         except (MatrixError, PageError) as exc:
-            await self.show_reset_error(self.refused(exc, refused=page.WRONG_PASSWORD))
+            await self.show_reset_error(page_error(exc, refused=page.WRONG_PASSWORD))
             return
         logger.info("account page: %s approved a cross-signing reset", user.name)
         self.go(page.CROSS_SIGNING_RESET, notice="reset_allowed")
@@ -220,12 +209,11 @@ class AccountPageHandler(PageHandler):
     async def show_reset_error(self, exc: PageError) -> None:
         self.render_page(
             "reset.html",
-            exc.status,
+            problem=exc,
             current=page.CROSS_SIGNING_RESET,
             delegation=self.account_page.delegation is not None,
             minutes=page.RESET_WINDOW_MINUTES,
             approved=False,
-            error=exc.message,
             title="Reset cross-signing",
         )
 

@@ -20,6 +20,7 @@ from homeserver.errors import (
     M_INVALID_PARAM,
     M_MISSING_TOKEN,
     M_UNKNOWN,
+    HTTPProblem,
     MatrixError,
     StoreDataError,
     StoreUnavailable,
@@ -121,6 +122,33 @@ class ServerHandler(RequestHandler):
         # Neither Matrix clients nor the page revalidate; hashing every body is waste.
         return None
 
+    # -- errors: the one path -------------------------------------------------------
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """Every raised error's answer: the problem it is (`problem`), answered."""
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        self.answer_problem(self.problem(status_code, exc))
+
+    def answer_problem(self, problem: HTTPProblem) -> None:
+        """Answer with a problem: its status and headers (`apply_problem`), then its body."""
+        self.apply_problem(problem)
+        self.write_problem(problem)
+
+    def apply_problem(self, problem: HTTPProblem) -> None:
+        """The one place an error's status and headers (Retry-After, WWW-Authenticate) go on
+        the answer; a page that shows an error inline applies it here too."""
+        self.set_status(problem.status)
+        for name, value in problem.headers.items():
+            self.set_header(name, value)
+
+    def problem(self, status_code: int, exc: BaseException | None) -> HTTPProblem:
+        """What an error is, as this side of the server says it (a Matrix error, a page error)."""
+        return HTTPProblem(status_code, httputil.responses.get(status_code, "Error"))
+
+    def write_problem(self, problem: HTTPProblem) -> None:
+        """The body of an error answer; the status and headers are set already."""
+        self.finish(encode_json(problem.body()))
+
     def log_exception(self, typ: Any, value: BaseException | None, tb: Any) -> None:
         if self._finished and self.hs.inflight.draining:
             # The drain timeout answered this request 503 (homeserver.process.drain), then the
@@ -211,15 +239,8 @@ class BaseHandler(ServerHandler):
 
     # -- errors ---------------------------------------------------------------------
 
-    def write_error(self, status_code: int, **kwargs: Any) -> None:
-        exc = kwargs.get("exc_info", (None, None, None))[1]
-        error = self._as_matrix_error(status_code, exc)
-        for name, value in error.headers.items():
-            self.set_header(name, value)
-        self.set_status(error.status)
-        self.finish(encode_json(error.body()))
-
-    def _as_matrix_error(self, status_code: int, exc: BaseException | None) -> MatrixError:
+    def problem(self, status_code: int, exc: BaseException | None) -> HTTPProblem:
+        """A Matrix error: the one raised, or what a store outage or a Tornado error means."""
         if isinstance(exc, MatrixError):
             return exc
         if isinstance(exc, StoreUnavailable):

@@ -26,11 +26,7 @@ class ReadinessHandler(BaseHandler):
             # Expected during every drain: answered here rather than raised, so it is not
             # logged as a server error, and its access line is INFO, not ERROR.
             self.access_log_level = logging.INFO
-            error = shutting_down(retry_after=5)
-            for name, value in error.headers.items():
-                self.set_header(name, value)
-            self.set_status(error.status)
-            self.write_json(error.body())
+            self.answer_problem(shutting_down(retry_after=5))
             return
         # Both stores, at once: every authenticated request needs the session store too.
         await asyncio.gather(self.hs.users.check_health(), self.hs.sessions.store.check_health())

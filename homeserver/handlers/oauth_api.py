@@ -10,7 +10,7 @@ from typing import Any
 
 from tornado.web import HTTPError
 
-from homeserver.errors import M_TOO_LARGE, M_UNRECOGNIZED, MatrixError, StoreUnavailable, unrecognized
+from homeserver.errors import M_TOO_LARGE, M_UNRECOGNIZED, HTTPProblem, MatrixError, StoreUnavailable, unrecognized
 from homeserver.handlers.body import BodyHandler
 from homeserver.jsonio import decode_json_object, encode_json
 from homeserver.oauth import OAuth
@@ -29,6 +29,13 @@ class OAuthApiHandler(BodyHandler):
 
     # An OAuthError is the answer (write_error says it), not a fault to log.
     expected_errors = (HTTPError, OAuthError)
+
+    def set_default_headers(self) -> None:
+        super().set_default_headers()
+        # RFC 6749 5.1: every answer of these endpoints, errors included, carries tokens or
+        # says something of them.
+        for name, value in NO_STORE:
+            self._headers[name] = value
 
     def oauth(self) -> OAuth:
         if self.hs.oauth is None:
@@ -50,35 +57,22 @@ class OAuthApiHandler(BodyHandler):
 
     def answer(self, body: dict[str, Any], status: int = 200) -> None:
         self.set_status(status)
-        for name, value in NO_STORE:
-            self.set_header(name, value)
         self.finish(encode_json(body))
 
-    def write_error(self, status_code: int, **kwargs: Any) -> None:
-        exc = kwargs.get("exc_info", (None, None, None))[1]
-        if isinstance(exc, MatrixError) and exc.errcode == M_UNRECOGNIZED:
-            super().write_error(status_code, **kwargs)  # OAuth off, or a method not taken
-            return
+    def problem(self, status_code: int, exc: BaseException | None) -> HTTPProblem:
+        """An OAuth error, but the API's 404 when OAuth is off."""
         if isinstance(exc, OAuthError):
-            error = exc
-        elif isinstance(exc, StoreUnavailable):
-            error = OAuthError(TEMPORARILY_UNAVAILABLE, f"the {exc.store} is unavailable", 503, {"Retry-After": "5"})
-        elif isinstance(exc, MatrixError) and exc.status >= 500:
-            error = OAuthError(TEMPORARILY_UNAVAILABLE, exc.message, exc.status, exc.headers)
-        elif isinstance(exc, MatrixError):
-            error = OAuthError(INVALID_REQUEST, exc.message, exc.status, exc.headers)
-        elif 400 <= status_code < 500:
-            error = OAuthError(INVALID_REQUEST, "the request could not be understood", status_code)
-        else:
-            error = OAuthError(SERVER_ERROR, "internal server error", 500)
-        for name, value in error.headers.items():
-            self.set_header(name, value)
-        if error.error == "invalid_client":
-            self.set_header("WWW-Authenticate", "Basic")
-        self.set_status(error.status)
-        for name, value in NO_STORE:
-            self.set_header(name, value)
-        self.finish(encode_json(error.body()))
+            return exc
+        if isinstance(exc, MatrixError) and exc.errcode == M_UNRECOGNIZED:
+            return exc
+        if isinstance(exc, StoreUnavailable):
+            return OAuthError(TEMPORARILY_UNAVAILABLE, f"the {exc.store} is unavailable", 503, {"Retry-After": "5"})
+        if isinstance(exc, MatrixError):
+            error = TEMPORARILY_UNAVAILABLE if exc.status >= 500 else INVALID_REQUEST
+            return OAuthError(error, exc.message, exc.status, exc.headers)
+        if 400 <= status_code < 500:
+            return OAuthError(INVALID_REQUEST, "the request could not be understood", status_code)
+        return OAuthError(SERVER_ERROR, "internal server error", 500)
 
 
 class RegistrationHandler(OAuthApiHandler):

@@ -10,14 +10,15 @@ then allow (the first button) or deny (the second). The codes are never logged.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from tornado.web import HTTPError
 
-from homeserver.account_page import PageError
+from homeserver.errors import PageError
 from homeserver.handlers.oauth_api import OAuthApiHandler
 from homeserver.handlers.page_base import PageHandler
 from homeserver.oauth import OAuth
-from homeserver.oauth.device import CodeProblem, DeviceAuthorization, DeviceFlow, normalize, shown
+from homeserver.oauth.device import DeviceAuthorization, DeviceFlow, normalize, shown
 from homeserver.oauth.metadata import DEVICE_AUTHORIZATION_PATH, VERIFICATION_PATH
 
 logger = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ class DevicePageHandler(PageHandler):
             raise HTTPError(404)
         return DeviceFlow(oauth)
 
-    def show(self, step: str, status: int = 200, **values: object) -> None:
+    def show(self, step: str, status: int = 200, **values: Any) -> None:
         values.setdefault("user_code", "")
         self.render_page(
             "oauth_device.html", status, step=step, path=VERIFICATION_PATH, title="Sign in a device", **values
@@ -55,10 +56,8 @@ class DevicePageHandler(PageHandler):
         what was wrong (unknown, expired, answered, too many tries)."""
         try:
             return await self.flow().find(typed, self.client_ip)
-        except CodeProblem as exc:
-            for name, value in exc.headers.items():
-                self.set_header(name, value)
-            self.show("code", exc.status, error=exc.message)
+        except PageError as exc:
+            self.show("code", problem=exc)
             return None
 
     async def code_step(self, typed: str) -> None:
@@ -91,7 +90,7 @@ class DevicePageHandler(PageHandler):
             try:
                 await self.form_sign_in(name, self.get_body_argument("password", ""), AUDIT_REASON)
             except PageError as said:
-                self.show("sign_in", said.status, error=said.message, name=name, user_code=typed)
+                self.show("sign_in", problem=said, name=name, user_code=typed)
                 return
             if typed:
                 await self.code_step(typed)

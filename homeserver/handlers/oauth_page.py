@@ -17,16 +17,15 @@ from urllib.parse import urlencode
 
 from tornado.web import HTTPError
 
-from homeserver.account_page import PageError
-from homeserver.handlers.page_base import SECURITY_HEADERS, PageHandler
+from homeserver.errors import PageError
+from homeserver.handlers.page_base import PageHandler
 from homeserver.oauth import OAuth
-from homeserver.oauth.authorization import AuthorizationRequest, PageProblem, RedirectError, single
+from homeserver.oauth.authorization import AuthorizationRequest, RedirectError, single
 from homeserver.oauth.errors import ACCESS_DENIED, OAuthError
 from homeserver.oauth.metadata import AUTHORIZATION_PATH
 
 logger = logging.getLogger(__name__)
 
-CSP = dict(SECURITY_HEADERS)["Content-Security-Policy"]
 # The audit trail's reason for a sign-in on this page (a login is audited with how it came).
 AUDIT_REASON = "oauth sign-in"
 
@@ -44,8 +43,8 @@ class AuthorizeHandler(PageHandler):
         values = single({name: [v.decode("utf-8", "replace") for v in found] for name, found in params.items()})
         try:
             return await self.oauth().authorization_request(values)
-        except PageProblem as exc:
-            self.render_page("oauth_error.html", 400, message=exc.message, title="Cannot sign in")
+        except PageError as exc:
+            self.render_page("oauth_error.html", problem=exc, message=exc.message, title="Cannot sign in")
         except RedirectError as exc:
             logger.info("oauth: authorization refused on the redirect: %s", exc.error)
             self.redirect(exc.url, status=303)
@@ -53,8 +52,7 @@ class AuthorizeHandler(PageHandler):
 
     def show(self, request: AuthorizationRequest, status: int = 200, **values: Any) -> None:
         # The form may be redirected to the client (CSP form-action covers redirects).
-        target = request.redirect.form_target()
-        self.set_header("Content-Security-Policy", CSP.replace("form-action 'self'", f"form-action 'self' {target}"))
+        self.allow("form-action", request.redirect.form_target())
         values.setdefault("name", "")
         self.render_page(
             "oauth_authorize.html",
@@ -90,7 +88,7 @@ class AuthorizeHandler(PageHandler):
             try:
                 user = await self.form_sign_in(name, self.get_body_argument("password", ""), AUDIT_REASON)
             except PageError as said:
-                self.show(request, said.status, error=said.message, name=name)
+                self.show(request, problem=said, name=name)
                 return
         elif op != "confirm" or user is None or request.sign_in_asked:
             self.show(request, 401 if op == "confirm" else 400, error="Sign in to continue.")

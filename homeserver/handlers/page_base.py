@@ -19,8 +19,8 @@ from tornado.web import HTTPError, RequestHandler
 from backends.base import User
 from homeserver import account_page as page
 from homeserver import audit
-from homeserver.account_page import AccountPage, PageError, PageSession, page_error
-from homeserver.errors import MatrixError
+from homeserver.account_page import AccountPage, PageSession, page_error
+from homeserver.errors import HTTPProblem, MatrixError, PageError
 from homeserver.handlers.base import ServerHandler
 
 logger = logging.getLogger(__name__)
@@ -28,12 +28,29 @@ logger = logging.getLogger(__name__)
 TEMPLATES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "templates")
 STYLESHEET = os.path.join(TEMPLATES, "account", "style.css")
 
+# The pages' Content-Security-Policy, directive by directive: nothing but the page's own
+# stylesheet and images, forms only to the page itself, never in a frame. A page that needs
+# more (a form the OAuth sign-in redirects to the client) adds sources (PageHandler.allow).
+CSP = (
+    ("default-src", "'none'"),
+    ("style-src", "'self'"),
+    ("img-src", "'self'"),
+    ("form-action", "'self'"),
+    ("frame-ancestors", "'none'"),
+    ("base-uri", "'none'"),
+)
+
+
+def content_security_policy(extra: dict[str, list[str]] | None = None) -> str:
+    """The CSP header's value: CSP with `extra` sources added to their directives (or new ones)."""
+    directives = {name: [source] for name, source in CSP}
+    for name, sources in (extra or {}).items():
+        directives.setdefault(name, []).extend(sources)
+    return "; ".join(f"{name} {' '.join(sources)}" for name, sources in directives.items())
+
+
 SECURITY_HEADERS = (
-    (
-        "Content-Security-Policy",
-        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
-        "frame-ancestors 'none'; base-uri 'none'",
-    ),
+    ("Content-Security-Policy", content_security_policy()),
     ("X-Frame-Options", "DENY"),
     ("X-Content-Type-Options", "nosniff"),
     ("Referrer-Policy", "no-referrer"),
@@ -91,6 +108,7 @@ class PageHandler(ServerHandler):
     user: User | None = None
     session: PageSession | None = None
     signed_out_why: str | None = None
+    _csp_extra: dict[str, list[str]] | None = None
 
     @property
     def account_page(self) -> AccountPage:
@@ -108,6 +126,18 @@ class PageHandler(ServerHandler):
 
     def get_template_path(self) -> str:
         return TEMPLATES
+
+    @property
+    def content_security_policy(self) -> str:
+        """This answer's CSP: the pages' own, with the sources `allow` added."""
+        return content_security_policy(self._csp_extra)
+
+    def allow(self, directive: str, source: str) -> None:
+        """Let this answer's CSP `directive` take `source` too (a form redirected to a client)."""
+        if self._csp_extra is None:
+            self._csp_extra = {}
+        self._csp_extra.setdefault(directive, []).append(source)
+        self.set_header("Content-Security-Policy", self.content_security_policy)
 
     def set_cookie(self, name: str, value: str | bytes, *args: Any, **kwargs: Any) -> None:
         """Every cookie of the page (the session's and the XSRF one): HttpOnly, SameSite=Strict,
@@ -148,14 +178,11 @@ class PageHandler(ServerHandler):
     async def form_sign_in(self, name: str, password: str, reason: str) -> User:
         """A sign-in form's name and password checked by the login service (its rules, limits,
         lock and audit line, marked `reason`), then signed in on the account page (its cookie):
-        every page's sign-in. PageError, its headers set on the answer, when refused."""
+        every page's sign-in. PageError when refused (a page shows it with `render_page(problem=...)`)."""
         try:
             user = await self.hs.login.authenticate(name, password, self.client_ip, reason=reason)
         except MatrixError as exc:
-            said = page_error(exc)
-            for header, value in said.headers.items():
-                self.set_header(header, value)
-            raise said from None
+            raise page_error(exc) from None
         self.session = await self.account_page.open(user, self.client_ip, self.request.headers.get("User-Agent", ""))
         self.set_signed_cookie(page.COOKIE, self.session.encode(), max_age=page.LIFETIME)
         self.user = user
@@ -164,8 +191,16 @@ class PageHandler(ServerHandler):
 
     # -- rendering ------------------------------------------------------------------
 
-    def render_page(self, template: str, status: int = 200, **values: Any) -> None:
-        self.set_status(status)
+    def render_page(
+        self, template: str, status: int = 200, *, problem: HTTPProblem | None = None, **values: Any
+    ) -> None:
+        """Render a page of templates/account/; with `problem`, an error shown on it: its
+        status and headers on the answer, its message as the page's error."""
+        if problem is not None:
+            self.apply_problem(problem)
+            values["error"] = problem.message
+        else:
+            self.set_status(status)
         user = self.user
         namespace: dict[str, Any] = {
             "user": user,
@@ -186,29 +221,29 @@ class PageHandler(ServerHandler):
         namespace.update(values)
         self.render(f"account/{template}", **namespace)
 
-    def write_error(self, status_code: int, **kwargs: Any) -> None:
-        exc = kwargs.get("exc_info", (None, None, None))[1]
+    def problem(self, status_code: int, exc: BaseException | None) -> HTTPProblem:
+        """What the page says of an error: the services' table (account_page.page_error), or
+        a sentence for what Tornado refused."""
+        if not (isinstance(exc, HTTPError) or exc is None):
+            return page_error(exc)
         message = page.SERVER_FAULT
-        if isinstance(exc, HTTPError) or exc is None:
-            if status_code == 403 and isinstance(exc, HTTPError) and "xsrf" in (exc.log_message or "").lower():
-                message = "This form came from another site, or has expired. Reload the page and try again."
-            elif status_code == 404:
-                message = "There is no such page."
-            elif status_code == 405:
-                message = "This page does not answer that method."
-            elif 400 <= status_code < 500:
-                message = "The request could not be understood."
-        else:
-            said = page_error(exc)
-            status_code, message = said.status, said.message
-            for name, value in said.headers.items():
-                self.set_header(name, value)
+        if status_code == 403 and isinstance(exc, HTTPError) and "xsrf" in (exc.log_message or "").lower():
+            message = "This form came from another site, or has expired. Reload the page and try again."
+        elif status_code == 404:
+            message = "There is no such page."
+        elif status_code == 405:
+            message = "This page does not answer that method."
+        elif 400 <= status_code < 500:
+            message = "The request could not be understood."
+        return PageError(status_code, message)
+
+    def write_problem(self, problem: HTTPProblem) -> None:
         self.clear_header("Location")
         try:
-            self.render_page("error.html", status_code, message=message, title="Error")
+            self.render_page("error.html", problem.status, message=problem.message, title="Error")
         except Exception:  # a template that cannot render must not hide the first error
             logger.exception("error page failed to render")
-            self.finish(f"<!DOCTYPE html><title>Error</title><p>{status_code}</p>")
+            self.finish(f"<!DOCTYPE html><title>Error</title><p>{problem.status}</p>")
 
 
 class StylesheetHandler(RequestHandler):

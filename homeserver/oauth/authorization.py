@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
+from homeserver.errors import PageError
 from homeserver.oauth.clients import display_name, redirect_matches
 from homeserver.oauth.errors import INVALID_REQUEST, LOGIN_REQUIRED, UNSUPPORTED_RESPONSE_TYPE, OAuthError
 from homeserver.oauth.scopes import Scope, parse_scope
@@ -25,14 +26,6 @@ PARAMS = (
 )
 CODE_CHALLENGE = re.compile(r"[A-Za-z0-9._~-]{43,128}")
 MAX_STATE = 2048
-
-
-class PageProblem(Exception):
-    """A request that must not be redirected: the person gets an error page."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,14 +106,16 @@ def single(params: dict[str, list[str]]) -> dict[str, str]:
 
 
 def check_client_and_redirect(params: dict[str, str], client: dict[str, Any] | None) -> Redirect:
-    """The client and its redirect URI, or a PageProblem (no redirect)."""
+    """The client and its redirect URI, or a PageError (no redirect)."""
     if not params.get("client_id"):
-        raise PageProblem("The application did not say who it is (no client_id).")
+        raise PageError(400, "The application did not say who it is (no client_id).")
     if client is None:
-        raise PageProblem("This application is not registered here, or its registration expired. Start again from it.")
+        raise PageError(
+            400, "This application is not registered here, or its registration expired. Start again from it."
+        )
     redirect_uri = params.get("redirect_uri", "")
     if not redirect_uri or not redirect_matches(list(client.get("redirect_uris", [])), redirect_uri):
-        raise PageProblem("The application asked to send you to an address it did not register. Nothing was sent.")
+        raise PageError(400, "The application asked to send you to an address it did not register. Nothing was sent.")
     mode = params.get("response_mode") or "query"
     state = params.get("state")
     if mode not in ("query", "fragment"):
@@ -130,7 +125,7 @@ def check_client_and_redirect(params: dict[str, str], client: dict[str, Any] | N
 
 
 def parse_authorization(params: dict[str, str], client: dict[str, Any] | None) -> AuthorizationRequest:
-    """The checked request: PageProblem (no client, a redirect URI not registered) or
+    """The checked request: PageError (no client, a redirect URI not registered) or
     RedirectError (everything else, on the client's redirect URI)."""
     redirect = check_client_and_redirect(params, client)
     assert client is not None

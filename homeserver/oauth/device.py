@@ -28,7 +28,7 @@ from typing import Any
 
 from backends.base import StoreUnavailable, User
 from backends.sessions.oauth import APPROVED, DENIED, PENDING, USED, DeviceAuthorization
-from homeserver.errors import MatrixError
+from homeserver.errors import MatrixError, PageError
 from homeserver.oauth.clients import display_name
 from homeserver.oauth.errors import (
     ACCESS_DENIED,
@@ -62,16 +62,6 @@ AUTHORIZATION_PENDING = "authorization_pending"
 SLOW_DOWN = "slow_down"
 
 OpenGrant = Callable[[dict[str, Any], str, str, str], Awaitable[dict[str, Any]]]
-
-
-class CodeProblem(Exception):
-    """A user code that cannot be approved: a sentence for the person."""
-
-    def __init__(self, message: str, status: int = 400, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.headers = headers or {}
 
 
 def new_user_code() -> str:
@@ -150,21 +140,23 @@ class DeviceFlow:
     # -- the page ---------------------------------------------------------------------------
 
     async def find(self, typed: str, client_ip: str) -> DeviceAuthorization:
-        """The pending authorization of a typed user code; CodeProblem otherwise (rate-limited
+        """The pending authorization of a typed user code; PageError otherwise (rate-limited
         per address, as every typed code counts)."""
         wait = await self.oauth.limit("oauth-user-code:" + client_ip, TYPED_INTERVAL, TYPED_BURST)
         if wait > 0:
-            raise CodeProblem(
-                "Too many codes were tried from your address. Wait a minute and try again.", 429, retry_after(wait)
+            raise PageError(
+                429, "Too many codes were tried from your address. Wait a minute and try again.", retry_after(wait)
             )
         code = normalize(typed)
         found = await self.oauth.store.device_code_by_user_code(_digest(code)) if code else None
         if found is None or code is None:
-            raise CodeProblem("That code is not right, or it has expired. Check it on your device and type it again.")
+            raise PageError(
+                400, "That code is not right, or it has expired. Check it on your device and type it again."
+            )
         if now_ms() > int(found.record["expires_ts"]):
-            raise CodeProblem("That code has expired. Start the sign-in again on your device.")
+            raise PageError(400, "That code has expired. Start the sign-in again on your device.")
         if found.state != PENDING:
-            raise CodeProblem("That code was used already. Start the sign-in again on your device if you need to.")
+            raise PageError(400, "That code was used already. Start the sign-in again on your device if you need to.")
         return found
 
     async def decide(self, found: DeviceAuthorization, user: User, allow: bool, client_ip: str) -> bool:

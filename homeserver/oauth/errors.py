@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from homeserver.errors import HTTPProblem
+
 INVALID_REQUEST = "invalid_request"
 INVALID_CLIENT = "invalid_client"
 INVALID_GRANT = "invalid_grant"
@@ -23,15 +25,20 @@ INVALID_REDIRECT_URI = "invalid_redirect_uri"
 INVALID_CLIENT_METADATA = "invalid_client_metadata"
 
 
-class OAuthError(Exception):
-    """An OAuth error: the `error` code, a description for developers, the HTTP status."""
+class OAuthError(HTTPProblem):
+    """An OAuth error: the `error` code, a description for developers (the message), the HTTP
+    status and headers (homeserver.errors.HTTPProblem)."""
 
     def __init__(self, error: str, description: str, status: int = 400, headers: dict[str, str] | None = None) -> None:
-        super().__init__(f"{error}: {description}")
+        if error == INVALID_CLIENT:  # RFC 6749 5.2: a 401 names the scheme the client should use
+            headers = {"WWW-Authenticate": "Basic", **(headers or {})}
+        super().__init__(status, description, headers)
+        self.args = (f"{error}: {description}",)
         self.error = error
-        self.description = description
-        self.status = status
-        self.headers = headers or {}
+
+    @property
+    def description(self) -> str:
+        return self.message
 
     def body(self) -> dict[str, Any]:
         return {"error": self.error, "error_description": self.description}

@@ -132,7 +132,7 @@ class OAuth:
     # -- authorization ----------------------------------------------------------------
 
     async def authorization_request(self, params: dict[str, str]) -> AuthorizationRequest:
-        """The checked request (PageProblem or RedirectError otherwise)."""
+        """The checked request (PageError or RedirectError otherwise)."""
         client_id = params.get("client_id")
         client = await self.store.client(client_id) if client_id and len(client_id) <= 64 else None
         return parse_authorization(params, client)
