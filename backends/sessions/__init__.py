@@ -17,7 +17,9 @@ Interfaces, one module each, here:
 - base.py: `SessionStore`, sessions and devices, the store's life (from_config, start,
   close, check_health) and the doors; records.py: the `Session` and `Device` records;
 - oauth.py: `OAuthStore` (and `Grant`, `DeviceAuthorization`); browser.py: `BrowserSessions`
-  (and `BrowserSession`); buckets.py: `RateBuckets`; delegation.py: `DelegationState`.
+  (and `BrowserSession`); buckets.py: `RateBuckets`; delegation.py: `DelegationState`;
+- factors.py: `FactorStore`, the second factors (issue 38), no store's part yet: it gets
+  its door and one file per store as below.
 
 Implementations, one folder per store, one file per concern:
 
