@@ -13,7 +13,7 @@ decides what goes in it and whether it still stands:
   password changed since the sign-in (as `[sessions] end_on_password_change` says for every
   session) has no page session any more;
 - it stands while its sign-in (a `BrowserSession` named by the nonce) is open in the
-  session store's page sessions (backends.sessions.pages): the sign-out button, "sign out
+  session store's page sessions (backends.sessions.browser): the sign-out button, "sign out
   everywhere" and POST /logout/all end it there, so a copy of the cookie is refused on
   every process and server on that store, and the page lists a user's open sign-ins.
 
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from backends.base import StoreUnavailable, User
-from backends.sessions.pages import MAX_USER_AGENT, BrowserSession, PageSessions
+from backends.sessions.browser import MAX_USER_AGENT, BrowserSession, BrowserSessions
 from homeserver import audit
 from homeserver.credentials import Credentials
 from homeserver.delegation.synapse import SynapseNotFound
@@ -154,7 +154,7 @@ class AccountPage:
         self,
         *,
         users: Users,
-        store: PageSessions,
+        store: BrowserSessions,
         login: LoginService,
         credentials: Credentials,
         delegation: Delegation | None,

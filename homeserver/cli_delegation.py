@@ -8,7 +8,6 @@ import logging
 import sys
 from collections.abc import Callable
 
-from backends.sessions import delegation_state_of
 from homeserver.cli_stores import stores
 from homeserver.config import Config, load_config
 from homeserver.delegation import Delegation, SynapseError, load_delegation_settings
@@ -25,7 +24,7 @@ async def sync_all(config: Config, out: Callable[[str], None]) -> None:
         raise ConfigError("delegation.enabled: delegation is off in this config; nothing to sync")
     server_name = config.get("server", "server_name")
     async with stores(config) as (backend, store):
-        delegation = Delegation(settings, Sessions(store), server_name, state=delegation_state_of(store))
+        delegation = Delegation(settings, Sessions(store), server_name, state=store.delegation())
         try:
             users = Users(backend)
             names = sorted(set(await store.users()) | set(await delegation.state.resyncs()))

@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import sys
 
-from backends.sessions import delegation_state_of
 from homeserver import audit
 from homeserver.cli_sessions import UnknownTarget
 from homeserver.cli_stores import server_credentials, server_secret, stores
@@ -55,7 +54,7 @@ async def issue(config: Config, name: str, device_id: str, lifetime: int) -> str
         sessions = Sessions(store, lifetime=lifetime)
         settings = load_delegation_settings(config)
         delegation = (
-            Delegation(settings, sessions, server_name, state=delegation_state_of(store))
+            Delegation(settings, sessions, server_name, state=store.delegation())
             if settings is not None else None
         )
 

@@ -9,8 +9,6 @@ import datetime
 import unicodedata
 from collections.abc import Awaitable, Callable
 
-from backends.sessions import delegation_state_of
-from backends.sessions.pages import page_sessions_for
 from homeserver import audit
 from homeserver.cli_stores import stores
 from homeserver.config import Config, load_config
@@ -98,11 +96,11 @@ def cmd_revoke(args: argparse.Namespace) -> int:
             raise UnknownTarget(f"{who} has no device {args.device!r}")
         # With delegation, Synapse deletes the devices too, before this returns.
         delegation = (
-            Delegation(settings, sessions, server_name, state=delegation_state_of(sessions.store))
+            Delegation(settings, sessions, server_name, state=sessions.store.delegation())
             if settings is not None else None
         )
         try:
-            pages = page_sessions_for(sessions.store)  # --all ends the account page's sign-ins too
+            pages = sessions.store.browser_sessions()  # --all ends the account page's sign-ins too
             count = await Devices(sessions, delegation=delegation, pages=pages).revoke(
                 name, None if args.all else [args.device]
             )

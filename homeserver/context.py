@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 import backends
 import backends.sessions
 from backends.base import StoreUnavailable, UserBackend
-from backends.sessions import SessionStore, buckets_of, delegation_state_of
-from backends.sessions.pages import PageSessions, page_sessions_for
+from backends.sessions import SessionStore
+from backends.sessions.browser import BrowserSessions
 from homeserver.account_page import AccountPage
 from homeserver.auth import Auth
 from homeserver.config import Config
@@ -55,8 +55,8 @@ class HomeServer:
     # The Synapse this server is the authentication service of; None when `[delegation]` is off.
     delegation: Delegation | None = None
     users: Users = field(init=False)
-    # The account page's sign-ins, kept beside the sessions (backends.sessions.pages).
-    pages: PageSessions = field(init=False)
+    # The account page's sign-ins, kept beside the sessions (backends.sessions.browser).
+    pages: BrowserSessions = field(init=False)
     auth: Auth = field(init=False)
     uia: UserInteractiveAuth = field(init=False)
     login: LoginService = field(init=False)
@@ -74,7 +74,7 @@ class HomeServer:
                 end_on_password_change=self.config.get("sessions", "end_on_password_change"),
             )
         self.uia = UserInteractiveAuth(self.tokens.secret, self.users, self.checker, self.limits, self.server_name)
-        self.pages = page_sessions_for(self.sessions.store)
+        self.pages = self.sessions.store.browser_sessions()
         self.devices = Devices(self.sessions, self.uia, self.delegation, self.credentials, pages=self.pages)
         self.auth = Auth(
             self.tokens, self.sessions, self.users, self.server_name, self.credentials, end_stale=self.devices.end_stale
@@ -168,7 +168,7 @@ def build_homeserver(
     backend = backend if backend is not None else create_backend(config)
     metrics = Metrics() if config.get("metrics", "enabled") else None
     session_store = session_store if session_store is not None else create_session_store(config)
-    limits = LoginLimits.from_config(config.section("rate_limit"), shared=buckets_of(session_store))
+    limits = LoginLimits.from_config(config.section("rate_limit"), shared=session_store.buckets())
     if metrics is not None:
         limits.on_fallback = metrics.observe_ratelimit_fallback
     sessions = Sessions(
@@ -180,7 +180,7 @@ def build_homeserver(
     settings = load_delegation_settings(config)
     server_name = config.get("server", "server_name")
     delegation = (
-        Delegation(settings, sessions, server_name, metrics=metrics, state=delegation_state_of(session_store))
+        Delegation(settings, sessions, server_name, metrics=metrics, state=session_store.delegation())
         if settings else None
     )
     return HomeServer(

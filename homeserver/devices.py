@@ -34,7 +34,7 @@ from homeserver.sessions import (
 )
 
 if TYPE_CHECKING:
-    from backends.sessions.pages import PageSessions
+    from backends.sessions.browser import BrowserSessions
     from homeserver.delegation import Delegation
     from homeserver.requester import Requester
     from homeserver.uia import UserInteractiveAuth
@@ -103,7 +103,7 @@ class Devices:
         uia: UserInteractiveAuth | None = None,
         delegation: Delegation | None = None,
         credentials: Credentials | None = None,
-        pages: PageSessions | None = None,
+        pages: BrowserSessions | None = None,
     ) -> None:
         self.sessions = sessions
         # The account page's sign-ins end with all of a user's sessions (sign out everywhere).

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from backends.base import User
-from backends.sessions.pages import BrowserSession
+from backends.sessions.browser import BrowserSession
 from homeserver.account_page import AccountPage, PageSession
 from homeserver.credentials import Credentials
 

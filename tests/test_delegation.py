@@ -365,7 +365,7 @@ async def test_login_when_synapse_cannot_take_it_is_503_and_leaves_nothing(fetch
     assert await session_store.devices("alice") == []
     assert await session_store.users() == []
     # A device the upsert may have left at Synapse is taken back once it answers.
-    assert set(await session_store.resyncs()) == {"alice"}
+    assert set(await session_store.delegation().resyncs()) == {"alice"}
     if mode == "wrong_secret":
         assert "refuses our secret" in caplog.text and "matrix_authentication_service.secret" in caplog.text
     if mode == "no_api":
@@ -487,7 +487,7 @@ async def test_logout_while_synapse_is_away_ends_here_and_lands_later(fetch, log
         synapse.mode = mode
     assert (await fetch(LOGOUT, "POST", token=body["access_token"])).status == 200
     assert await introspect(fetch, body["access_token"]) == (200, {"active": False})
-    assert set(await session_store.resyncs()) == {"alice"}
+    assert set(await session_store.delegation().resyncs()) == {"alice"}
     assert await hs.delegation.resync_pending() == (0, 1)  # still away: kept
     if mode == "down":
         synapse.start()
@@ -495,7 +495,7 @@ async def test_logout_while_synapse_is_away_ends_here_and_lands_later(fetch, log
     assert await hs.delegation.resync_pending() == (1, 0)
     assert synapse.calls[-1] == ("sync_devices", {"localpart": "alice", "devices": [keep["device_id"]]})
     assert list(synapse.devices["alice"]) == [keep["device_id"]]
-    assert await session_store.resyncs() == {}
+    assert await session_store.delegation().resyncs() == {}
 
 
 async def test_a_missed_sign_out_survives_a_restart(fetch, login, synapse, config, backend, session_store, io_loop):
@@ -509,12 +509,12 @@ async def test_a_missed_sign_out_survives_a_restart(fetch, login, synapse, confi
     await store.start()
     hs = build_homeserver(config, backend, store)
     try:
-        assert set(await store.resyncs()) == {"alice"}
+        assert set(await store.delegation().resyncs()) == {"alice"}
         hs.delegation.start()
         deadline = time.monotonic() + 10
-        while await store.resyncs() and time.monotonic() < deadline:
+        while await store.delegation().resyncs() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        assert await store.resyncs() == {}
+        assert await store.delegation().resyncs() == {}
         assert synapse.calls[-1] == ("sync_devices", {"localpart": "alice", "devices": []})
         assert synapse.devices["alice"] == {}
     finally:
@@ -598,7 +598,7 @@ async def test_cli_revoke_reaches_synapse(tmp_path, synapse, login, session_stor
         "Ended 1 session of @alice:localhost.",
         "Synapse could not be told yet: the running server tells it as soon as it answers.",
     ]
-    assert set(await session_store.resyncs()) == {"alice"}
+    assert set(await session_store.delegation().resyncs()) == {"alice"}
 
 
 async def test_cli_delegation_sync(tmp_path, synapse, login, session_store, users_path):
@@ -617,7 +617,7 @@ async def test_cli_delegation_sync(tmp_path, synapse, login, session_store, user
     assert a["device_id"] == "PHONE"
     # Again: alice unchanged, bob renamed at Synapse (put back); a user with only a pending
     # resync is synced too.
-    await session_store.mark_resync("carol", 1)
+    await session_store.delegation().mark_resync("carol", 1)
     synapse.users["bob"]["displayname"] = "Bobby"
     code, out, err = await run_py(tmp_path, synapse, users_path, "delegation", "sync")
     assert code == 0, err
@@ -629,7 +629,7 @@ async def test_cli_delegation_sync(tmp_path, synapse, login, session_store, user
         "1 not in the user store).",
     ]
     assert synapse.users["bob"]["displayname"] == "bob-ident"
-    assert await session_store.resyncs() == {}
+    assert await session_store.delegation().resyncs() == {}
     # Synapse away: one line, exit 1.
     await synapse.stop()
     code, out, err = await run_py(tmp_path, synapse, users_path, "delegation", "sync")
@@ -651,7 +651,7 @@ def test_a_server_starts_before_synapse_and_says_so(start):
 
 async def test_resync_refused_is_said_once_and_kept(login, synapse, hs, session_store, caplog):
     await login()
-    await session_store.mark_resync("alice", 7)
+    await session_store.delegation().mark_resync("alice", 7)
     synapse.modes["sync_devices"] = "wrong_secret"
     with caplog.at_level(logging.WARNING):
         for _ in range(3):
@@ -659,7 +659,7 @@ async def test_resync_refused_is_said_once_and_kept(login, synapse, hs, session_
     assert caplog.text.count("refuses our secret") == 1
     synapse.modes.clear()
     assert await hs.delegation.resync_pending() == (1, 0)
-    assert await session_store.resyncs() == {}
+    assert await session_store.delegation().resyncs() == {}
 
 
 @pytest.mark.parametrize(
@@ -695,8 +695,8 @@ async def test_a_resync_round_stops_at_a_misconfigured_synapse(login, synapse, h
     """Every marked user would fail alike: the round asks Synapse once, then waits."""
     await login()
     await login("bob", "builder")
-    await session_store.mark_resync("alice", 7)
-    await session_store.mark_resync("bob", 7)
+    await session_store.delegation().mark_resync("alice", 7)
+    await session_store.delegation().mark_resync("bob", 7)
     asked: list[str] = []
     sync = hs.delegation.client.sync_devices
 

@@ -36,7 +36,7 @@ def two_stores(tmp_path, io_loop):
 
 
 async def test_two_processes_share_one_burst(two_stores):
-    a, b = (limits_on(store) for store in two_stores)
+    a, b = (limits_on(store.buckets()) for store in two_stores)
     await a.check_address("10.0.0.1")
     await b.check_address("10.0.0.1")
     await a.check_address("10.0.0.1")
@@ -102,7 +102,7 @@ async def test_a_store_that_cannot_answer_falls_back_to_local_buckets_and_recove
 
 
 async def test_shared_can_be_turned_off(two_stores):
-    limits = limits_on(two_stores[0], shared=False)
+    limits = limits_on(two_stores[0].buckets(), shared=False)
     assert limits.shared is None
 
 

@@ -1,86 +1,96 @@
-"""The session store: one store (`[sessions] store`, SQLite or Redis) doing a few jobs, each
-behind a small interface of its own, so a part of the server takes only the one it needs.
+"""The session store: one store (`[sessions] store`, SQLite or Redis) keeping sessions and a few
+other parts, each behind a small interface of its own, reached through the store by one door
+each (as MAS's `RepositoryAccess`: `repo.browser_session()`, `repo.oauth2_session()`).
 
-Interfaces (what each is for, and where it lives):
+    store = create_session_store(kind, options, config_dir=...)   # the one registry below
+    store.open(session, name), store.get(user, digest), ...       # sessions and devices
+    store.oauth()             -> OAuthStore       OAuth clients, codes, grants, device codes
+    store.browser_sessions()  -> BrowserSessions  the account page's sign-ins
+    store.buckets()           -> RateBuckets      login rate-limit buckets every process shares
+    store.delegation()        -> DelegationState  what Synapse was told (`[delegation]`)
 
-- `SessionStore` (base.py): sessions and devices, and the store's life (from_config,
-  start, close, check_health). The main one: the registry below builds it.
-- `DelegationState` (delegation.py): what Synapse was told, when this server is its
-  authentication service: provisioned profiles, devices to tell it again.
-- `RateBuckets` (buckets.py): login rate-limit buckets shared by every process on the store.
-- Page sessions of the account page: pages.py. OAuth clients, authorization codes and
-  refresh tokens: oauth.py. Each interface goes in a module of its own, named for its job.
+A door returns the same object every time, built with the store on its own connection; a
+caller takes the part it needs and never tests the store's class.
 
-Implementations: one class per store implements several interfaces, so they share one
-connection (`SqliteSessionStore`, `RedisSessionStore`). Each interface's part is a class of
-its own, beside its siblings (sqlite_delegation.py, sqlite_buckets.py; redis_delegation.py,
-redis_buckets.py), built on the store's plumbing, which any other interface can use too:
+Interfaces, one module each, here:
 
-- SQLite: `SqliteFile` (sqlite_file.py), the session file: its writer thread and write
-  connection (`write`, `transaction`), the loop's read connection (`read`), the change
-  counter (sqlite_changes.py), the schema and its migrations (sqlite_schema.py);
-- Redis: `RedisPart` (redis_part.py): the connection, the key prefix, `script` (Lua,
-  redis_scripts.py).
+- base.py: `SessionStore`, sessions and devices, the store's life (from_config, start,
+  close, check_health) and the doors; records.py: the `Session` and `Device` records;
+- oauth.py: `OAuthStore` (and `Grant`, `DeviceAuthorization`); browser.py: `BrowserSessions`
+  (and `BrowserSession`); buckets.py: `RateBuckets`; delegation.py: `DelegationState`;
+- factors.py: `FactorStore`, the second factors (issue 38), no store's part yet: it gets
+  its door and one file per store as below.
 
-`buckets_of(store)`, `delegation_state_of(store)` give the store seen as one of its other
-interfaces (a clear ConfigError when the configured store lacks it); a new interface adds
-its own such function.
+Implementations, one folder per store, one file per concern:
+
+- sqlite/: store.py (`SqliteSessionStore`: sessions, devices, the doors), file.py
+  (`SqliteFile`, the session file: its writer thread and transactions, the loop's read
+  connection, the purge; `SqlitePart`, what every part stands on), changes.py (the change
+  counter processes share), schema.py (the tables, in numbered migrations), then one file per
+  part: oauth.py with oauth_device.py, browser.py, buckets.py, delegation.py;
+- redis/: store.py (`RedisSessionStore`), part.py (`RedisPart`: the connection, the key
+  prefix, `script`; `user_base`, the hash tag of a user's keys), scripts.py (the sessions'
+  Lua scripts), then one file per part, as SQLite's (each with its own scripts and keys).
+
+A new part (this round's: imported Synapse tokens, second factors, the directory sweep's
+state): its interface in a module here (say `second_factors.py`, an ABC whose methods raise
+`backends.base.StoreUnavailable` when the store cannot answer);
+one file per store implementing it on the store's plumbing (`sqlite/second_factors.py`, a
+`SqlitePart` whose tables come in a new numbered migration in sqlite/schema.py;
+`redis/second_factors.py`, a `RedisPart` whose keys its docstring and docs/redis.md list);
+one door on `SessionStore` (`def second_factors(self) -> SecondFactors`, abstract in base.py),
+built in each store's `__init__` and returned by its door; and a contract test run against
+both stores (tests/backends/test_session_store.py's `each_session_store`).
+
+A new store: a folder beside sqlite/ and redis/ implementing `SessionStore` and every part,
+its keys under `sessions.<name>` in homeserver/config_schema.py, and one line in `_STORES`.
 """
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Callable
 from typing import Any
 
 from backends.base import ConfigError
-from backends.sessions.base import Device, Session, SessionStore
+from backends.sessions.base import SessionStore
+from backends.sessions.browser import BrowserSessions
 from backends.sessions.buckets import RateBuckets
 from backends.sessions.delegation import DelegationState
+from backends.sessions.oauth import OAuthStore
+from backends.sessions.records import Device, Session
 
 __all__ = [
+    "BrowserSessions",
     "DelegationState",
     "Device",
+    "OAuthStore",
     "RateBuckets",
     "Session",
     "SessionStore",
-    "buckets_of",
     "create_session_store",
-    "delegation_state_of",
 ]
 
-_registry: dict[str, type[SessionStore] | str] = {
-    "sqlite": "backends.sessions.sqlite:SqliteSessionStore",
-    "redis": "backends.sessions.redis:RedisSessionStore",
-}
+
+def _sqlite() -> type[SessionStore]:
+    from backends.sessions.sqlite import SqliteSessionStore
+
+    return SqliteSessionStore
+
+
+def _redis() -> type[SessionStore]:
+    # Imported only when chosen: the Redis client costs ~0.1 s at every start otherwise.
+    from backends.sessions.redis import RedisSessionStore
+
+    return RedisSessionStore
+
+
+# The store kinds `[sessions] store` may name, each imported when chosen.
+_STORES: dict[str, Callable[[], type[SessionStore]]] = {"sqlite": _sqlite, "redis": _redis}
 
 
 def create_session_store(kind: str, options: dict[str, Any], *, config_dir: str) -> SessionStore:
-    """Build the configured session store from its section's options."""
-    try:
-        entry = _registry[kind]
-    except KeyError:
-        raise ConfigError(f"sessions.store: unknown store {kind!r} (known: {', '.join(sorted(_registry))})") from None
-    if isinstance(entry, str):
-        module_name, _, class_name = entry.partition(":")
-        entry = getattr(importlib.import_module(module_name), class_name)
-        _registry[kind] = entry
-    return entry.from_config(options, config_dir=config_dir)
-
-
-def _as(store: SessionStore, interface: Any) -> Any:
-    if not isinstance(store, interface):
-        raise ConfigError(f"sessions.store: the {store.name or type(store).__name__} store does not keep "
-                          f"{interface.__name__}")
-    return store
-
-
-def buckets_of(store: SessionStore) -> RateBuckets:
-    """The session store seen as its RateBuckets (the same object)."""
-    result: RateBuckets = _as(store, RateBuckets)
-    return result
-
-
-def delegation_state_of(store: SessionStore) -> DelegationState:
-    """The session store seen as its DelegationState (the same object)."""
-    result: DelegationState = _as(store, DelegationState)
-    return result
+    """Build (not start) the configured session store from its section's options."""
+    load = _STORES.get(kind)
+    if load is None:
+        raise ConfigError(f"sessions.store: unknown store {kind!r} (known: {', '.join(sorted(_STORES))})")
+    return load().from_config(options, config_dir=config_dir)

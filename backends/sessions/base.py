@@ -1,42 +1,19 @@
-"""Sessions and devices as stored: the records, and `SessionStore`, the main interface of a
-session store (its other jobs have interfaces of their own, listed in backends/sessions/__init__.py)."""
+"""`SessionStore`, the main interface of a session store: sessions and devices (the records are
+records.py's), the store's life, and one door to each of its other parts (each with an
+interface of its own, listed in backends/sessions/__init__.py)."""
 
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from backends.sessions.browser import BrowserSessions
+from backends.sessions.buckets import RateBuckets
+from backends.sessions.delegation import DelegationState
+from backends.sessions.oauth import OAuthStore
+from backends.sessions.records import Device, Session
 
-@dataclass(frozen=True, slots=True)
-class Session:
-    """One login's session. The token itself is never stored: only its SHA-256 digest."""
-
-    token_hash: str  # hex SHA-256 of the token text
-    user: str  # the stored user name (the token's `sub`)
-    device_id: str
-    created_ts: int  # ms since the epoch
-    last_seen_ip: str
-    last_seen_ts: int  # ms
-    expires_ts: int | None = None  # ms; None when tokens have no lifetime
-    # Set when the session was ended (logout, device deleted, revoked). An ended session
-    # is kept a while as a tombstone so its token is told `soft_logout: false`, while a
-    # token the store never saw is told `soft_logout: true`.
-    ended_ts: int | None = None
-    # Keyed digests of what the session was opened with (homeserver.credentials): the
-    # account's identity and its password. None for sessions opened before they were kept.
-    identity_fp: str | None = None
-    password_fp: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Device:
-    """What GET /devices shows. A device exists while at least one session of it is open."""
-
-    device_id: str
-    display_name: str  # "" when never named
-    last_seen_ip: str  # of the device's most recently seen session
-    last_seen_ts: int  # ms, the latest over its sessions
+__all__ = ["Device", "Session", "SessionStore"]
 
 
 class SessionStore(abc.ABC):
@@ -46,6 +23,10 @@ class SessionStore(abc.ABC):
     down, hangs past its timeout or is locked too long.
 
     Used by homeserver.sessions (open, check, end) and homeserver.devices (list, rename).
+
+    Its other parts are reached through it, one door each (`oauth()`, `browser_sessions()`,
+    `buckets()`, `delegation()`): each returns the same object every time, built with the
+    store on its own connection (usable once the store is started), never a cast of the store.
     """
 
     #: the name under which the store is registered (`[sessions] store`)
@@ -64,6 +45,26 @@ class SessionStore(abc.ABC):
 
     async def check_health(self) -> None:
         """Raise `StoreUnavailable` when the store cannot answer right now."""
+
+    # -- its other parts: one door each --------------------------------------------------
+
+    @abc.abstractmethod
+    def oauth(self) -> OAuthStore:
+        """The OAuth 2.0 API's clients, codes, grants and device authorizations (oauth.py)."""
+
+    @abc.abstractmethod
+    def browser_sessions(self) -> BrowserSessions:
+        """The account page's sign-ins (browser.py)."""
+
+    @abc.abstractmethod
+    def buckets(self) -> RateBuckets:
+        """The login rate-limit buckets every process on the store shares (buckets.py)."""
+
+    @abc.abstractmethod
+    def delegation(self) -> DelegationState:
+        """What Synapse was told, when this server is its authentication service (delegation.py)."""
+
+    # -- sessions and devices ------------------------------------------------------------
 
     @abc.abstractmethod
     async def open(self, session: Session, display_name: str | None) -> None:

@@ -1,6 +1,7 @@
 """What the OAuth 2.0 API keeps (homeserver.oauth): registered clients, authorization codes and
-grants (the refresh tokens of one device's session). A small interface beside the SessionStore,
-implemented on the same SQLite file or Redis (sqlite_oauth.py, redis_oauth.py).
+grants (the refresh tokens of one device's session), device authorizations. A small interface
+beside the SessionStore, reached by its door `SessionStore.oauth()`, implemented on the same
+SQLite file or Redis (sqlite/oauth.py, redis/oauth.py, each with its oauth_device.py).
 
 Codes and refresh tokens are kept as SHA-256 digests only, never as the tokens themselves.
 The sessions of the access tokens (and the grant's own session, which every way a session
@@ -14,7 +15,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from backends.sessions.base import Session
+from backends.sessions.records import Session
 
 # Seconds a refresh token that was rotated away is still recognised (so its replay ends the
 # session) after it stopped being the current or the previous one.

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from backends.sessions import buckets_of
-from backends.sessions.oauth_stores import create_oauth_store
 from homeserver.config import Config
 from homeserver.oauth.service import OAuth, OAuthSettings
 
@@ -41,9 +39,9 @@ def build_oauth(
             access_token_lifetime=section["access_token_lifetime"],
             device_code_lifetime=section["device_code_lifetime"],
         ),
-        create_oauth_store(store),
+        store.oauth(),
         sessions=store,
-        buckets=buckets_of(store),
+        buckets=store.buckets(),
         users=users,
         devices=devices,
         credentials=credentials,

@@ -10,7 +10,6 @@ import pytest
 from backends.base import StoreUnavailable
 from backends.sessions import Session, create_session_store
 from backends.sessions.oauth import Grant
-from backends.sessions.oauth_stores import create_oauth_store
 from tests.backends.test_session_store import store_options
 
 
@@ -24,7 +23,7 @@ def session_store(request, tmp_path, io_loop):
 
 @pytest.fixture
 def oauth_store(session_store):
-    return create_oauth_store(session_store)
+    return session_store.oauth()
 
 
 @pytest.fixture
@@ -161,7 +160,7 @@ async def test_a_refresh_is_one_step_while_the_grants_session_is_open(oauth_stor
 async def test_a_refresh_leaves_the_sqlite_change_counter_alone(sqlite_store):
     # Every process rereads its kept sessions when the counter moves: a refresh ends nothing
     # a process may keep, but the lost answer's retry ends an access token (maybe in use).
-    session_store, oauth_store = sqlite_store, create_oauth_store(sqlite_store)
+    session_store, oauth_store = sqlite_store, sqlite_store.oauth()
     counter = session_store.db.counter()
     await session_store.open(_session("gs", expires=None), "App")
     await oauth_store.add_grant(grant("r1"), 60)
@@ -179,7 +178,7 @@ async def test_a_rotation_caps_only_the_tokens_it_retires(sqlite_store):
     # refresh before it); the ones it retires are all that change.
     from backends.sessions.oauth import RETIRED_REFRESH_TTL
 
-    session_store, oauth_store = sqlite_store, create_oauth_store(sqlite_store)
+    session_store, oauth_store = sqlite_store, sqlite_store.oauth()
     await oauth_store.add_grant(grant("r1"), 864000)
     for n in range(2, 6):
         assert await oauth_store.rotate_grant(f"r{n - 1}", grant(f"r{n}", f"r{n - 1}"), 864000)
@@ -214,7 +213,7 @@ async def test_a_failed_commit_of_an_oauth_write_is_rolled_back(sqlite_store):
     (shared with the sessions) is not left holding the write lock."""
     from tests.backends.test_sqlite_changes import CommitFailsOnce
 
-    oauth = create_oauth_store(sqlite_store)
+    oauth = sqlite_store.oauth()
     await oauth.add_client("c0", {"client_name": "first"}, 60)  # the tables exist
     sqlite_store.db._write_conn = CommitFailsOnce(sqlite_store.db._write_conn)
     with pytest.raises(StoreUnavailable):

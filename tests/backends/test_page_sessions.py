@@ -1,4 +1,4 @@
-"""The page sessions contract (backends.sessions.pages), the same on SQLite and on a real Redis:
+"""The page sessions contract (backends.sessions.browser), the same on SQLite and on a real Redis:
 open, list, end one, ask whether one ended, end all of a user's; lifetimes; one user's only."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import pytest
 
 from backends.base import StoreUnavailable
 from backends.sessions import create_session_store
-from backends.sessions.pages import BrowserSession, page_sessions_for
+from backends.sessions.base import SessionStore
+from backends.sessions.browser import BrowserSession
 from tests.backends.test_session_store import store_options
 
 
@@ -19,7 +20,7 @@ from tests.backends.test_session_store import store_options
 def pages(request, tmp_path, io_loop):
     store = create_session_store(request.param, store_options(request.param, tmp_path, request), config_dir=str(tmp_path))
     io_loop.run_sync(store.start)
-    yield page_sessions_for(store)
+    yield store.browser_sessions()
     io_loop.run_sync(store.close)
 
 
@@ -85,17 +86,20 @@ async def test_names_and_agents_of_any_text(pages):
 
 
 def test_an_unknown_store_has_no_page_sessions():
-    class Other:
+    """The page sign-ins are a door of every store (SessionStore.browser_sessions): a store
+    without it is refused when built, not when the page first asks."""
+
+    class Other(SessionStore):
         name = "other"
 
-    with pytest.raises(ValueError, match="other"):
-        page_sessions_for(Other())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="browser_sessions"):
+        Other()  # type: ignore[abstract]
 
 
 async def test_a_store_not_started_is_unavailable(tmp_path, request):
     store = create_session_store("sqlite", store_options("sqlite", tmp_path, request), config_dir=str(tmp_path))
     with pytest.raises(StoreUnavailable):
-        await page_sessions_for(store).ended("alice", "n1")
+        await store.browser_sessions().ended("alice", "n1")
 
 
 async def test_sqlite_the_peek_does_not_wait_behind_a_write(tmp_path):
@@ -103,7 +107,7 @@ async def test_sqlite_the_peek_does_not_wait_behind_a_write(tmp_path):
     under way (a login, a touch, a lock another process holds) never holds a page up."""
     store = create_session_store("sqlite", store_options("sqlite", tmp_path, None), config_dir=str(tmp_path))
     await store.start()
-    pages = page_sessions_for(store)
+    pages = store.browser_sessions()
     release = threading.Event()
     try:
         await pages.open(sign_in("s1"))

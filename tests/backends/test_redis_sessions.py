@@ -91,10 +91,10 @@ async def test_servers_whose_clocks_disagree_share_one_bucket(redis_url, monkeyp
         await store.start()
     try:
         section = build_config({"rate_limit": {"address_burst": 2}}).section("rate_limit")
-        on_time = LoginLimits.from_config(section, shared=stores[0])
+        on_time = LoginLimits.from_config(section, shared=stores[0].buckets())
         real_time = time.time
         monkeypatch.setattr(time, "time", lambda: real_time() + 600)
-        ahead = LoginLimits.from_config(section, shared=stores[1])
+        ahead = LoginLimits.from_config(section, shared=stores[1].buckets())
         await on_time.check_address("10.0.0.1")
         await ahead.check_address("10.0.0.1")
         with pytest.raises(Exception) as info:

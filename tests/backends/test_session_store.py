@@ -9,22 +9,23 @@ import sqlite3
 import subprocess
 import sys
 import time
+import typing
 import uuid
 
 import pytest
 
 from backends.sessions import (
+    BrowserSessions,
     DelegationState,
+    OAuthStore,
     RateBuckets,
     Session,
     SessionStore,
-    buckets_of,
     create_session_store,
-    delegation_state_of,
 )
 from backends.sessions.redis import RedisSessionStore
 from backends.sessions.sqlite import SqliteSessionStore
-from backends.sessions.sqlite_schema import VERSION, migrate
+from backends.sessions.sqlite.schema import VERSION, migrate
 from homeserver.config import build_config
 from homeserver.ratelimit import TokenBuckets
 
@@ -50,30 +51,38 @@ def each_session_store(request, tmp_path, io_loop):
     io_loop.run_sync(each_session_store.close)
 
 
+# The store's other parts: its door (a method of SessionStore) -> the part's interface.
+DOORS = {"oauth": OAuthStore, "browser_sessions": BrowserSessions, "buckets": RateBuckets, "delegation": DelegationState}
+
+
 @pytest.fixture
 def each_delegation_state(each_session_store) -> DelegationState:
-    """The store seen as its DelegationState, as homeserver.delegation takes it."""
-    return delegation_state_of(each_session_store)
+    """The store's DelegationState (its door), as homeserver.delegation takes it."""
+    return each_session_store.delegation()
 
 
 @pytest.fixture
 def each_rate_buckets(each_session_store) -> RateBuckets:
-    """The store seen as its RateBuckets, as homeserver.ratelimit takes it."""
-    return buckets_of(each_session_store)
+    """The store's RateBuckets (its door), as homeserver.ratelimit takes it."""
+    return each_session_store.buckets()
 
 
 @pytest.mark.parametrize("store_class", [SqliteSessionStore, RedisSessionStore])
 def test_each_store_implements_every_interface_and_each_job_is_in_one(store_class):
-    interfaces = (SessionStore, DelegationState, RateBuckets)
-    assert all(issubclass(store_class, interface) for interface in interfaces)
-    jobs = [set(interface.__abstractmethods__) for interface in interfaces]
-    assert all(not a & b for i, a in enumerate(jobs) for b in jobs[i + 1:])  # no method in two interfaces
-    assert not store_class.__abstractmethods__
+    assert issubclass(store_class, SessionStore) and not store_class.__abstractmethods__
+    for door, interface in DOORS.items():
+        part = typing.get_type_hints(getattr(store_class, door))["return"]
+        assert issubclass(part, interface) and not part.__abstractmethods__
+        # The job is its part's alone: the store carries none of the part's own methods.
+        own = interface.__abstractmethods__ - SessionStore.__abstractmethods__
+        assert not [name for name in own if hasattr(store_class, name)], door
 
 
 async def test_each_interface_of_one_store_is_the_same_object(each_session_store):
-    assert buckets_of(each_session_store) is each_session_store
-    assert delegation_state_of(each_session_store) is each_session_store
+    for door, interface in DOORS.items():
+        part = getattr(each_session_store, door)()
+        assert isinstance(part, interface)
+        assert getattr(each_session_store, door)() is part  # built once, with the store
 
 
 async def test_two_servers_on_one_store_share_delegation_state_and_buckets(each_session_store, request, tmp_path):
@@ -85,11 +94,11 @@ async def test_two_servers_on_one_store_share_delegation_state_and_buckets(each_
     other = create_session_store(kind, options, config_dir=str(tmp_path))
     await other.start()
     try:
-        await delegation_state_of(each_session_store).mark_resync("alice", 7)
-        assert await delegation_state_of(other).resyncs() == {"alice": 7}
-        assert await buckets_of(each_session_store).rate_limit("address:x", 1.0, 1.0) == 0.0
-        assert await buckets_of(other).rate_limit("address:x", 1.0, 1.0, take=False) > 0
-        assert await buckets_of(other).rate_limit("address:x", 1.0, 1.0) > 0
+        await each_session_store.delegation().mark_resync("alice", 7)
+        assert await other.delegation().resyncs() == {"alice": 7}
+        assert await each_session_store.buckets().rate_limit("address:x", 1.0, 1.0) == 0.0
+        assert await other.buckets().rate_limit("address:x", 1.0, 1.0, take=False) > 0
+        assert await other.buckets().rate_limit("address:x", 1.0, 1.0) > 0
     finally:
         await other.close()
 
@@ -236,7 +245,7 @@ async def test_end_stale_without_password_fingerprints_compares_identity_only(ea
 
 
 def test_sqlite_migration_keeps_sessions_without_fingerprints(tmp_path):
-    from backends.sessions.sqlite_schema import MIGRATIONS
+    from backends.sessions.sqlite.schema import MIGRATIONS
 
     path = str(tmp_path / "old.db")
     conn = sqlite3.connect(path, isolation_level=None)

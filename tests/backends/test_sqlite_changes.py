@@ -1,5 +1,5 @@
 """The SQLite store keeps the sessions it read only while no process has ended a session
-since (the change counter, backends/sessions/sqlite_changes.py): an end by any process is
+since (the change counter, backends/sessions/sqlite/changes.py): an end by any process is
 seen by every other at its next read, as if nothing were kept; the production write mix
 (logins, last-seen touches, rate steps and peeks) leaves what is kept in place; a COMMIT that fails is rolled back."""
 
@@ -15,7 +15,7 @@ import pytest
 from backends.base import StoreUnavailable
 from backends.sessions import Session
 from backends.sessions.sqlite import SqliteSessionStore
-from backends.sessions.sqlite_changes import _FORMAT, ChangeCounter
+from backends.sessions.sqlite.changes import _FORMAT, ChangeCounter
 from tests.servers import ROOT
 
 
@@ -92,7 +92,7 @@ async def test_an_expired_session_is_refused_even_when_kept(two_stores, monkeypa
     a, b = two_stores
     await b.open(session("h1", expires_ts=int(time.time() * 1000) + 60_000), None)
     assert await a.get("alice", "h1") is not None
-    monkeypatch.setattr("backends.sessions.sqlite._now_ms", lambda: int(time.time() * 1000) + 120_000)
+    monkeypatch.setattr("backends.sessions.sqlite.store._now_ms", lambda: int(time.time() * 1000) + 120_000)
     assert await a.get("alice", "h1") is None
 
 
@@ -178,17 +178,17 @@ async def test_the_production_write_mix_leaves_kept_sessions_in_place_and_answer
     reads = a.db.read_conn.reads
 
     await b.touch("alice", "h1", "10.9.9.9", 5)
-    assert await b.rate_limit("address:10.0.0.1", 1.0, 2.0) == 0.0
-    assert await b.rate_limit("address:10.0.0.1", 1.0, 2.0) == 0.0
-    assert await b.rate_limit("failed:alice", 1.0, 2.0, take=False) == 0.0
+    assert await b.buckets().rate_limit("address:10.0.0.1", 1.0, 2.0) == 0.0
+    assert await b.buckets().rate_limit("address:10.0.0.1", 1.0, 2.0) == 0.0
+    assert await b.buckets().rate_limit("failed:alice", 1.0, 2.0, take=False) == 0.0
     await b.open(session("h2", user="bob"), None)
     kept = await a.get("alice", "h1")
     assert kept is not None and kept.ended_ts is None and kept.user == "alice"
     assert a.db.read_conn.reads == reads  # none of those moved the counter: still kept
 
     # Rate steps are the file's in every process: the peek sees the other's two takes.
-    assert await a.rate_limit("address:10.0.0.1", 1.0, 2.0, take=False) > 0
-    assert await a.rate_limit("address:10.0.0.1", 1.0, 2.0) > 0
+    assert await a.buckets().rate_limit("address:10.0.0.1", 1.0, 2.0, take=False) > 0
+    assert await a.buckets().rate_limit("address:10.0.0.1", 1.0, 2.0) > 0
     # The touch is in the file (devices read it there), and bob's new session is seen.
     assert (await a.device("alice", "D1")).last_seen_ip == "10.9.9.9"
     assert (await a.get("bob", "h2")).ended_ts is None

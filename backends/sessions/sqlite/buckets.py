@@ -6,7 +6,7 @@ import sqlite3
 import time
 
 from backends.sessions.buckets import RateBuckets
-from backends.sessions.sqlite_file import SqliteFile
+from backends.sessions.sqlite.file import SqliteFile, SqlitePart
 
 _FULL_AT = "SELECT full_at FROM rate_limits WHERE key = ?"
 
@@ -17,12 +17,15 @@ def _excess(full_at: float | None, now: float, interval: float, capacity: float)
     return new_full_at - now - capacity, new_full_at
 
 
-class SqliteRateBuckets(RateBuckets):
-    """Buckets on the host's clock (every process of one host shares it); part of
-    SqliteSessionStore (its `db`). A step that takes is one write transaction (it moves no
-    change counter: buckets are no session); a peek is one read on the loop's read connection."""
+class SqliteRateBuckets(SqlitePart, RateBuckets):
+    """Buckets on the host's clock (every process of one host shares it), a part of
+    SqliteSessionStore. A step that takes is one write transaction (it moves no change
+    counter: buckets are no session); a peek is one read on the loop's read connection.
+    A bucket full again is forgotten by the file's purge."""
 
-    db: SqliteFile
+    def __init__(self, db: SqliteFile) -> None:
+        super().__init__(db)
+        db.on_purge(lambda conn: conn.execute("DELETE FROM rate_limits WHERE full_at < ?", (time.time(),)))
 
     async def rate_limit(self, key: str, interval: float, capacity: float, *, take: bool = True) -> float:
         if not take:

@@ -5,6 +5,14 @@ built from the `base` argument), so the scripts run on a Cluster too. Times come
 Redis `TIME`, so servers whose clocks differ agree.
 """
 
+from __future__ import annotations
+
+
+def fingerprint_rule_args(identity_fps: list[str], password_fps: list[str] | None) -> list[str | int]:
+    """The arguments of _FINGERPRINT_RULE (the scripts' ARGV from its `at`)."""
+    return [len(identity_fps), *identity_fps, *(["0"] if password_fps is None else ["1", *password_fps])]
+
+
 # Shared helpers, prepended to the scripts that need them.
 _COMMON = """
 local function now_ms()
@@ -32,6 +40,28 @@ local function live(base, device)
     end
   end
   return out
+end
+"""
+
+# The credential-fingerprint rule, written once for Redis (as for SQLite: sqlite/store.py's
+# kept_by_fingerprints), for END_STALE (ends what it does not keep) and REFINGERPRINT (counts
+# and carries what it keeps). Its arguments from ARGV[at]: n, n identity digests, "1" if
+# password digests follow (else "0": password changes let pass), those. kept(key): nil for a
+# session without fingerprints (opened before they were kept: it stays), else whether its
+# identity digest is one of those and (when passwords are compared) its password digest is
+# absent or one of those (one digest per signing key).
+_FINGERPRINT_RULE = """
+local function fingerprint_rule(at)
+  local n = tonumber(ARGV[at])
+  local identities, passwords = {}, {}
+  for i = at + 1, at + n do identities[ARGV[i]] = true end
+  local check_password = ARGV[at + n + 1] == '1'
+  for i = at + n + 2, #ARGV do passwords[ARGV[i]] = true end
+  return function(key)
+    local fp = redis.call('HMGET', key, 'identity_fp', 'password_fp')
+    if not fp[1] then return nil end
+    return identities[fp[1]] == true and (not check_password or not fp[2] or passwords[fp[2]] == true)
+  end
 end
 """
 
@@ -103,23 +133,16 @@ end
 return count
 """
 
-# KEYS: devices hash. ARGV: keep_ms, base, n, then n identity fingerprints, then "1" if
-# password fingerprints follow (else "0"), then those. End the open sessions whose identity
-# fingerprint is none of those, or whose password fingerprint is none of those (sessions
-# without fingerprints stay); returns the device id of each session ended.
-END_STALE = _COMMON + """
+# KEYS: devices hash. ARGV: keep_ms, base, then the rule's (_FINGERPRINT_RULE). End the open
+# sessions with fingerprints the rule does not keep; returns the device id of each one ended.
+END_STALE = _COMMON + _FINGERPRINT_RULE + """
 local keep, base, now = tonumber(ARGV[1]), ARGV[2], now_ms()
-local n = tonumber(ARGV[3])
-local identities, passwords = {}, {}
-for i = 4, 3 + n do identities[ARGV[i]] = true end
-local check_password = ARGV[4 + n] == '1'
-for i = 5 + n, #ARGV do passwords[ARGV[i]] = true end
+local kept = fingerprint_rule(3)
 local ended = {}
 for _, device in ipairs(redis.call('HKEYS', KEYS[1])) do
   local hit = false
   for _, key in ipairs(live(base, device)) do
-    local fp = redis.call('HMGET', key, 'identity_fp', 'password_fp')
-    if fp[1] and (not identities[fp[1]] or (check_password and fp[2] and not passwords[fp[2]])) then
+    if kept(key) == false then
       if end_session(key, now, keep) == 1 then
         hit = true
         table.insert(ended, device)
@@ -135,20 +158,15 @@ return ended
 """
 
 # KEYS: devices hash. ARGV: base, new identity fingerprint ("" to count only), new password
-# fingerprint, the number of identity fingerprints, those, "1" to check passwords (else "0"),
-# the password fingerprints. Returns how many open sessions match (and were given the new ones).
-REFINGERPRINT = _COMMON + """
+# fingerprint, then the rule's (_FINGERPRINT_RULE). Returns how many open sessions the rule
+# keeps (and gives them the new fingerprints).
+REFINGERPRINT = _COMMON + _FINGERPRINT_RULE + """
 local base, new_identity, new_password = ARGV[1], ARGV[2], ARGV[3]
-local n = tonumber(ARGV[4])
-local identities, passwords = {}, {}
-for i = 5, 4 + n do identities[ARGV[i]] = true end
-local check_password = ARGV[5 + n] == '1'
-for i = 6 + n, #ARGV do passwords[ARGV[i]] = true end
+local kept = fingerprint_rule(4)
 local count = 0
 for _, device in ipairs(redis.call('HKEYS', KEYS[1])) do
   for _, key in ipairs(live(base, device)) do
-    local fp = redis.call('HMGET', key, 'identity_fp', 'password_fp')
-    if fp[1] and identities[fp[1]] and (not check_password or not fp[2] or passwords[fp[2]]) then
+    if kept(key) then
       count = count + 1
       if new_identity ~= '' then redis.call('HSET', key, 'identity_fp', new_identity, 'password_fp', new_password) end
     end
@@ -190,29 +208,4 @@ RENAME = _COMMON + """
 if #live(ARGV[1], ARGV[2]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
 return 1
-"""
-
-# GCRA, as homeserver.ratelimit.TokenBuckets, on Redis' clock. KEYS: the bucket.
-# ARGV: interval, capacity, "1" to take. Returns the wait in seconds as text ("0": allowed).
-RATE_LIMIT = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local interval, capacity = tonumber(ARGV[1]), tonumber(ARGV[2])
-local full_at = tonumber(redis.call('GET', KEYS[1]) or now)
-local new_full_at = math.max(full_at, now) + interval
-local excess = new_full_at - now - capacity
-if excess > 1e-9 then return tostring(excess) end
-if ARGV[3] == '1' then
-  -- The bucket is forgotten once it is full again.
-  redis.call('SET', KEYS[1], string.format('%.6f', new_full_at), 'PXAT', math.ceil(new_full_at * 1000))
-end
-return '0'
-"""
-
-# KEYS: the resync hash. ARGV: user, mark. Forget the user only if not marked again since.
-CLEAR_RESYNC = """
-if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
-  return redis.call('HDEL', KEYS[1], ARGV[1])
-end
-return 0
 """

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 from backends.redis_connect import text
-from backends.sessions.base import SessionStore
-from backends.sessions.pages import BrowserSession, PageSessions
-from backends.sessions.redis import RedisSessionStore
-
-_FIELDS = ("user", "created", "expires", "ip", "user_agent")
+from backends.sessions.browser import BrowserSession, BrowserSessions
+from backends.sessions.redis.part import RedisPart, user_base
 
 # KEYS: the sign-in's hash, the user's set of sign-ins. ARGV: id, user, created, expires (s),
 # ip, user agent. Both keys expire with the sign-in (the set with its longest-lived one).
@@ -54,29 +51,25 @@ return 1
 """
 
 
-class RedisPageSessions(PageSessions):
+class RedisBrowserSessions(RedisPart, BrowserSessions):
     """`<prefix>{<tag>}:p:<id>`: hash of one sign-in, expiring with it; `<prefix>{<tag>}:pages`:
-    set of the user's sign-in ids. An end deletes the hash."""
-
-    def __init__(self, store: SessionStore) -> None:
-        assert isinstance(store, RedisSessionStore)
-        self.store = store
-        self.connection = store.connection
+    set of the user's sign-in ids (the tag is the user's, as the sessions'). An end deletes
+    the hash."""
 
     def _keys(self, user: str, session_id: str) -> list[str]:
-        base = self.store.base(user)
+        base = user_base(self.prefix, user)
         return [f"{base}p:{session_id}", f"{base}pages"]
 
     async def open(self, session: BrowserSession) -> None:
-        await self.store.script(
+        await self.script(
             OPEN,
             self._keys(session.user, session.id),
             [session.id, session.user, session.created, session.expires, session.ip, session.user_agent],
         )
 
     async def list_open(self, user: str) -> list[BrowserSession]:
-        base = self.store.base(user)
-        flat = [text(item) for item in await self.store.script(EACH, [f"{base}pages"], [base, user, "0"])]
+        base = user_base(self.prefix, user)
+        flat = [text(item) for item in await self.script(EACH, [f"{base}pages"], [base, user, "0"])]
         found = [
             BrowserSession(flat[i], user, int(flat[i + 1]), int(flat[i + 2]), flat[i + 3], flat[i + 4])
             for i in range(0, len(flat), 5)
@@ -84,7 +77,7 @@ class RedisPageSessions(PageSessions):
         return sorted(found, key=lambda s: (s.created, s.id))
 
     async def end(self, user: str, session_id: str) -> bool:
-        return bool(await self.store.script(END, self._keys(user, session_id), [session_id, user]))
+        return bool(await self.script(END, self._keys(user, session_id), [session_id, user]))
 
     async def ended(self, user: str, session_id: str) -> bool:
         with self.connection.errors():
@@ -92,5 +85,5 @@ class RedisPageSessions(PageSessions):
         return owner is None or text(owner) != user
 
     async def end_all(self, user: str) -> int:
-        base = self.store.base(user)
-        return int(await self.store.script(EACH, [f"{base}pages"], [base, user, "1"]))
+        base = user_base(self.prefix, user)
+        return int(await self.script(EACH, [f"{base}pages"], [base, user, "1"]))

@@ -1,8 +1,9 @@
 """The device authorizations of the OAuth store (RFC 8628) in the SQLite session file: a mixin of
-SqliteOAuthStore (backends.sessions.sqlite_oauth), on its writer thread and transactions.
+SqliteOAuthStore (backends.sessions.sqlite.oauth), on its writer thread and transactions.
 
-One row per authorization, keyed by the digest of its device code, with the digest of its user
-code unique among them; expired rows are deleted as new ones come.
+One row per authorization (table oauth_device_codes, schema.py's migration 6), keyed by the
+digest of its device code, with the digest of its user code unique among them; expired rows
+are deleted as new ones come.
 """
 
 from __future__ import annotations
@@ -14,20 +15,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from backends.sessions.oauth import APPROVED, PENDING, USED, DeviceAuthorization
+from backends.sessions.sqlite.file import SqlitePart
 
 T = TypeVar("T")
 
-DEVICE_SCHEMA = """
-CREATE TABLE IF NOT EXISTS oauth_device_codes (
-    device_hash    TEXT PRIMARY KEY,  -- SHA-256 of the device code, hex
-    user_code_hash TEXT NOT NULL UNIQUE,
-    record         TEXT NOT NULL,     -- what the client asked, JSON
-    state          TEXT NOT NULL,
-    decision       TEXT NOT NULL DEFAULT '{}',
-    last_poll_ts   INTEGER NOT NULL DEFAULT 0,
-    expires_ts     INTEGER NOT NULL   -- ms: the row goes after it
-) WITHOUT ROWID
-"""
 COLUMNS = "device_hash, record, state, decision"
 
 
@@ -41,22 +32,11 @@ def _row(row: tuple[Any, ...] | None, too_soon: bool = False) -> DeviceAuthoriza
     return DeviceAuthorization(str(row[0]), json.loads(row[1]), str(row[2]), json.loads(row[3]), too_soon)
 
 
-class SqliteDeviceCodes:
+class SqliteDeviceCodes(SqlitePart):
     """The device-code methods of the OAuth store; `_run` is the store's write transaction."""
-
-    _device_ready = False
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:  # the store's own
         raise NotImplementedError
-
-    async def _device(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        def run(conn: sqlite3.Connection) -> T:
-            if not self._device_ready:
-                conn.execute(DEVICE_SCHEMA)
-                self._device_ready = True
-            return work(conn)
-
-        return await self._run(run)
 
     async def add_device_code(self, device_hash: str, user_code_hash: str, record: dict[str, Any], ttl: float) -> bool:
         def work(conn: sqlite3.Connection) -> bool:
@@ -69,7 +49,7 @@ class SqliteDeviceCodes:
             )
             return cursor.rowcount == 1
 
-        return await self._device(work)
+        return await self._run(work)
 
     async def device_code_by_user_code(self, user_code_hash: str) -> DeviceAuthorization | None:
         def work(conn: sqlite3.Connection) -> DeviceAuthorization | None:
@@ -79,7 +59,7 @@ class SqliteDeviceCodes:
             ).fetchone()
             return _row(row)
 
-        return await self._device(work)
+        return await self._run(work)
 
     async def decide_device_code(
         self, device_hash: str, state: str, decision: dict[str, Any], expected: str = PENDING
@@ -92,7 +72,7 @@ class SqliteDeviceCodes:
             )
             return cursor.rowcount == 1
 
-        return await self._device(work)
+        return await self._run(work)
 
     async def poll_device_code(self, device_hash: str, now_ms: int, interval_ms: int) -> DeviceAuthorization | None:
         def work(conn: sqlite3.Connection) -> DeviceAuthorization | None:
@@ -110,4 +90,4 @@ class SqliteDeviceCodes:
             )
             return _row(row[:4], too_soon)
 
-        return await self._device(work)
+        return await self._run(work)

@@ -1,5 +1,9 @@
 """The SQLite session store's file: opening it (WAL, retried while another process holds it) and its
-schema, created or migrated at start-up (PRAGMA user_version)."""
+schema, created or migrated at start-up (PRAGMA user_version). Every table of every part is
+born in a numbered migration: 1 sessions, devices, rate_limits; 2 delegation_users,
+delegation_resync; 3 the sessions' credential fingerprints; 4 page_sessions (the account
+page's sign-ins); 5 oauth_clients, oauth_codes, oauth_grants, oauth_refresh; 6
+oauth_device_codes."""
 
 from __future__ import annotations
 
@@ -11,7 +15,8 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
-# Each entry takes the schema from version i to i + 1; append, never edit a released one.
+# Each entry takes the schema from version i to i + 1 (the first makes version 1); append, never
+# edit a released one. Every table of every part of the store is born here.
 MIGRATIONS: list[str] = [
     """
     CREATE TABLE sessions (
@@ -55,7 +60,7 @@ MIGRATIONS: list[str] = [
     ALTER TABLE sessions ADD COLUMN identity_fp TEXT;
     ALTER TABLE sessions ADD COLUMN password_fp TEXT;
     """,
-    # The account page's sign-ins (backends.sessions.sqlite_pages): one row each until it ends.
+    # The account page's sign-ins (backends.sessions.sqlite.browser): one row each until it ends.
     """
     CREATE TABLE page_sessions (
         id         TEXT PRIMARY KEY,  -- the page cookie's nonce
@@ -67,6 +72,51 @@ MIGRATIONS: list[str] = [
     ) WITHOUT ROWID;
     CREATE INDEX page_sessions_by_user ON page_sessions (user);
     CREATE INDEX page_sessions_by_expiry ON page_sessions (expires);
+    """,
+    # 5: the OAuth 2.0 API's clients, authorization codes, grants and refresh tokens
+    # (sqlite/oauth.py). IF NOT EXISTS: servers before this migration made these tables on
+    # first use, outside the migrations; a file they made keeps its tables and rows.
+    """
+    CREATE TABLE IF NOT EXISTS oauth_clients (
+        client_id  TEXT PRIMARY KEY,
+        metadata   TEXT NOT NULL,     -- JSON, as registered
+        expires_ts INTEGER NOT NULL   -- ms, kept past it while a grant of the client lives
+    ) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS oauth_codes (
+        code_hash  TEXT PRIMARY KEY,  -- SHA-256 of the code, hex
+        record     TEXT NOT NULL,
+        uses       INTEGER NOT NULL DEFAULT 0,
+        expires_ts INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS oauth_grants (
+        grant_id   TEXT PRIMARY KEY,
+        user       TEXT NOT NULL,
+        device_id  TEXT NOT NULL,
+        client_id  TEXT NOT NULL,
+        record     TEXT NOT NULL,     -- the Grant, JSON
+        expires_ts INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX IF NOT EXISTS oauth_grants_device ON oauth_grants (user, device_id);
+    CREATE INDEX IF NOT EXISTS oauth_grants_client ON oauth_grants (client_id);
+    CREATE TABLE IF NOT EXISTS oauth_refresh (
+        refresh_hash TEXT PRIMARY KEY, -- SHA-256 of a refresh token, hex
+        grant_id     TEXT NOT NULL,
+        expires_ts   INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX IF NOT EXISTS oauth_refresh_grant ON oauth_refresh (grant_id);
+    """,
+    # 6: the OAuth device authorizations (RFC 8628, sqlite/oauth_device.py); IF NOT EXISTS
+    # as 5 (made on the first device authorization before).
+    """
+    CREATE TABLE IF NOT EXISTS oauth_device_codes (
+        device_hash    TEXT PRIMARY KEY,  -- SHA-256 of the device code, hex
+        user_code_hash TEXT NOT NULL UNIQUE,
+        record         TEXT NOT NULL,     -- what the client asked, JSON
+        state          TEXT NOT NULL,
+        decision       TEXT NOT NULL DEFAULT '{}',
+        last_poll_ts   INTEGER NOT NULL DEFAULT 0,
+        expires_ts     INTEGER NOT NULL   -- ms: the row goes after it
+    ) WITHOUT ROWID;
     """,
 ]
 VERSION = len(MIGRATIONS)

@@ -5,13 +5,11 @@ from __future__ import annotations
 import sqlite3
 
 from backends.sessions.delegation import DelegationState
-from backends.sessions.sqlite_file import SqliteFile
+from backends.sessions.sqlite.file import SqlitePart
 
 
-class SqliteDelegationState(DelegationState):
-    """What Synapse was told, beside the sessions; part of SqliteSessionStore (its `db`)."""
-
-    db: SqliteFile
+class SqliteDelegationState(SqlitePart, DelegationState):
+    """What Synapse was told, beside the sessions: a part of SqliteSessionStore."""
 
     async def provisioned(self, user: str) -> str | None:
         row = await self.db.write(

@@ -1,10 +1,11 @@
-"""The SQLite session file's plumbing, shared by every interface implemented on it.
+"""The SQLite session file's plumbing, shared by every part of the store.
 
 One WAL file serves every worker process on a host. Writes run on one thread of their own
 (`write`, `transaction`), never on the event loop; short reads that must not wait for a
 writer run on the loop, on a read connection of their own (`read`: in WAL mode a reader
 never waits for a writer). A write that may end or remove a session moves the change
-counter (sqlite_changes), so processes that keep sessions read them again.
+counter (changes.py), so processes that keep sessions read them again. Every part of the
+store is a `SqlitePart` on this one file; each says what its purge forgets (`on_purge`).
 """
 
 from __future__ import annotations
@@ -12,17 +13,23 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import os
 import sqlite3
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from backends.base import ConfigError, StoreUnavailable
-from backends.sessions.sqlite_changes import ChangeCounter
-from backends.sessions.sqlite_schema import connect, migrate, open_problem, open_retrying
+from backends.sessions.sqlite.changes import ChangeCounter
+from backends.sessions.sqlite.schema import connect, migrate, open_problem, open_retrying
 
+logger = logging.getLogger(__name__)
 T = TypeVar("T")
 STORE = "session store"
+# Expired rows (tombstones, sessions, buckets, OAuth codes and grants) are purged at most
+# this often (seconds) per process, after a write that adds rows.
+PURGE_EVERY = 600.0
 
 
 class SqliteFile:
@@ -36,6 +43,8 @@ class SqliteFile:
         self._write_conn: sqlite3.Connection | None = None
         self.read_conn: sqlite3.Connection | None = None
         self.changes: ChangeCounter | None = None
+        self._purges: list[Callable[[sqlite3.Connection], object]] = []
+        self._last_purge = 0.0
 
     async def start(self) -> None:
         """Open (creating or migrating the schema) on the writer thread, then the read connection."""
@@ -138,3 +147,33 @@ class SqliteFile:
             return self.read_conn.execute(sql, args).fetchone()
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"{self.path}: {exc}", store=STORE) from None
+
+    def on_purge(self, work: Callable[[sqlite3.Connection], object]) -> None:
+        """Have the purge run `work` (a part's DELETE of its expired rows) in its transaction."""
+        self._purges.append(work)
+
+    async def purge_now_and_then(self) -> None:
+        """After a write that added rows: every part's purge in one write transaction, at most
+        every PURGE_EVERY s per process. It removes sessions, so it moves the change counter.
+        A purge that fails is only logged: the write before it stands, and expired rows are
+        never read as live (every read compares their expiry)."""
+        if time.monotonic() - self._last_purge < PURGE_EVERY:
+            return
+        self._last_purge = time.monotonic()
+
+        def purge(conn: sqlite3.Connection) -> None:
+            for work in self._purges:
+                work(conn)
+
+        try:
+            await self.write(self.transaction(purge, ends=True))
+        except StoreUnavailable as exc:
+            logger.warning("session store: expired rows not purged (tried again in %.0f s): %s", PURGE_EVERY, exc)
+
+
+class SqlitePart:
+    """What every part of the SQLite store stands on: the session file `db` (its writer,
+    transactions, read connection and purge). A part is built with the file, before start."""
+
+    def __init__(self, db: SqliteFile) -> None:
+        self.db = db

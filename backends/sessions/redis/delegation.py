@@ -6,8 +6,15 @@ from __future__ import annotations
 
 from backends.redis_connect import text
 from backends.sessions.delegation import DelegationState
-from backends.sessions.redis_part import RedisPart
-from backends.sessions.redis_scripts import CLEAR_RESYNC
+from backends.sessions.redis.part import RedisPart
+
+# KEYS: the resync hash. ARGV: user, mark. Forget the user only if not marked again since.
+CLEAR_RESYNC = """
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  return redis.call('HDEL', KEYS[1], ARGV[1])
+end
+return 0
+"""
 
 
 class RedisDelegationState(RedisPart, DelegationState):

@@ -1,20 +1,17 @@
-"""Page sessions: the account page's own sign-ins, one per browser, kept in the session store.
+"""Browser sessions: the account page's own sign-ins, one per browser, kept in the session store.
 
-A page session is what the page's signed cookie names (homeserver.account_page): it stands
+A browser session is what the page's signed cookie names (homeserver.account_page): it stands
 from its sign-in until it ends (the page's sign-out, "sign out everywhere", POST
 /logout/all) or its lifetime is over. Kept in the session store so that an end is seen by
 every process and server on that store, and so the page can list a user's open ones.
-Implemented beside each session store, on its connection (sqlite_pages, redis_pages).
+Implemented beside each session store, on its connection (sqlite/browser.py,
+redis/browser.py); reached by `SessionStore.browser_sessions()`.
 """
 
 from __future__ import annotations
 
 import abc
-import importlib
-from collections.abc import Callable
 from dataclasses import dataclass
-
-from backends.sessions.base import SessionStore
 
 # The user agent is kept for people to tell their browsers apart, no longer than this.
 MAX_USER_AGENT = 200
@@ -32,7 +29,7 @@ class BrowserSession:
     user_agent: str
 
 
-class PageSessions(abc.ABC):
+class BrowserSessions(abc.ABC):
     """The account page's sign-ins of every user. Every method raises
     `backends.base.StoreUnavailable` when the store cannot answer."""
 
@@ -57,19 +54,3 @@ class PageSessions(abc.ABC):
     async def end_all(self, user: str) -> int:
         """End every sign-in of the user; how many stood."""
 
-
-_IMPLEMENTATIONS = {
-    "sqlite": "backends.sessions.sqlite_pages:SqlitePageSessions",
-    "redis": "backends.sessions.redis_pages:RedisPageSessions",
-}
-
-
-def page_sessions_for(store: SessionStore) -> PageSessions:
-    """The page sessions kept in `store`, on its connection."""
-    try:
-        entry = _IMPLEMENTATIONS[store.name]
-    except KeyError:
-        raise ValueError(f"no page sessions for the {store.name!r} session store") from None
-    module_name, _, class_name = entry.partition(":")
-    factory: Callable[[SessionStore], PageSessions] = getattr(importlib.import_module(module_name), class_name)
-    return factory(store)

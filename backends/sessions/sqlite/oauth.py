@@ -1,8 +1,7 @@
 """The OAuth store (backends.sessions.oauth) in the SQLite session store's file, on its writer thread.
 
-Its tables are created on first use (IF NOT EXISTS), apart from the session schema's
-migrations: the session store reads none of them. Expired rows are purged now and then.
-A refresh is one write transaction (`refresh_grant`: the grant rotated, the new access
+Its tables are born in the session file's migrations (schema.py, 5 and 6); expired rows go
+with the file's purge. A refresh is one write transaction (`refresh_grant`: the grant rotated, the new access
 token's session opened), its reads on the loop's read connection.
 """
 
@@ -14,103 +13,48 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from backends.sessions.base import Session
 from backends.sessions.oauth import ENDED, RACED, REFRESHED, RETIRED_REFRESH_TTL, Grant, OAuthStore
-from backends.sessions.sqlite import SqliteSessionStore
-from backends.sessions.sqlite_oauth_device import SqliteDeviceCodes
+from backends.sessions.records import Session
+from backends.sessions.sqlite.file import SqliteFile
+from backends.sessions.sqlite.oauth_device import SqliteDeviceCodes
 
 T = TypeVar("T")
-PURGE_EVERY = 600.0  # seconds between purges of expired rows, per process
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS oauth_clients (
-    client_id  TEXT PRIMARY KEY,
-    metadata   TEXT NOT NULL,     -- JSON, as registered
-    expires_ts INTEGER NOT NULL   -- ms, kept past it while a grant of the client lives
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS oauth_codes (
-    code_hash  TEXT PRIMARY KEY,  -- SHA-256 of the code, hex
-    record     TEXT NOT NULL,
-    uses       INTEGER NOT NULL DEFAULT 0,
-    expires_ts INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS oauth_grants (
-    grant_id   TEXT PRIMARY KEY,
-    user       TEXT NOT NULL,
-    device_id  TEXT NOT NULL,
-    client_id  TEXT NOT NULL,
-    record     TEXT NOT NULL,     -- the Grant, JSON
-    expires_ts INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS oauth_grants_device ON oauth_grants (user, device_id);
-CREATE INDEX IF NOT EXISTS oauth_grants_client ON oauth_grants (client_id);
-CREATE TABLE IF NOT EXISTS oauth_refresh (
-    refresh_hash TEXT PRIMARY KEY, -- SHA-256 of a refresh token, hex
-    grant_id     TEXT NOT NULL,
-    expires_ts   INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS oauth_refresh_grant ON oauth_refresh (grant_id);
-"""
-
 
 def _ms(seconds: float = 0.0) -> int:
     return int((time.time() + seconds) * 1000)
 
 
 class SqliteOAuthStore(SqliteDeviceCodes, OAuthStore):
-    """On the session store's file (`sessions.db`, sqlite_file.SqliteFile): writes on its writer
-    thread, the refresh path's reads on the loop's read connection."""
+    """On the session store's file (`db`, file.SqliteFile): writes on its writer thread, the
+    refresh path's reads on the loop's read connection. A refresh opens its access token's
+    session as the session store does (`open_session`: SqliteSessionStore.insert), in its
+    own transaction. Expired rows go with the file's purge."""
 
-    def __init__(self, sessions: SqliteSessionStore) -> None:
-        self._sessions = sessions
-        self._db = sessions.db
-        self._write = sessions.db.write
-        self._conn = sessions.db.conn
-        self._ready = False
-        self._last_purge = 0.0
-
-    def _schema(self) -> sqlite3.Connection:
-        conn = self._conn()
-        if not self._ready:
-            for statement in filter(str.strip, SCHEMA.split(";")):
-                conn.execute(statement)
-            self._ready = True
-        return conn
+    def __init__(
+        self, db: SqliteFile, *, open_session: Callable[[sqlite3.Connection, Session, str | None], None]
+    ) -> None:
+        super().__init__(db)
+        self._open_session = open_session
+        db.on_purge(self._purge)
 
     async def _read(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """`work` reading on the writer thread's connection (autocommit: no write lock taken)."""
-        result: T = await self._write(lambda: work(self._schema()))
+        result: T = await self.db.write(lambda: work(self.db.conn()))
         return result
 
     async def _read_here(self, sql: str, args: tuple[Any, ...]) -> Any:
         """One row read on the loop's read connection (a reader never waits for the writer)."""
-        if not self._ready:  # the tables exist once this process's writer made sure of them
-            await self._write(self._schema)
-        return self._db.read(sql, args)
+        return self.db.read(sql, args)
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """`work` in one write transaction on the session store's writer thread (the file's
         own transaction: a failed COMMIT is rolled back there)."""
-
-        def both(conn: sqlite3.Connection) -> T:
-            result = work(conn)
-            self._maybe_purge(conn)
-            return result
-
-        transaction = self._db.transaction(both)
-
-        def run() -> T:
-            self._schema()
-            return transaction()
-
-        result: T = await self._write(run)
+        result: T = await self.db.write(self.db.transaction(work))
+        await self.db.purge_now_and_then()
         return result
 
-    def _maybe_purge(self, conn: sqlite3.Connection) -> None:
-        now = time.monotonic()
-        if now - self._last_purge < PURGE_EVERY:
-            return
-        self._last_purge = now
+    @staticmethod
+    def _purge(conn: sqlite3.Connection) -> None:
         ms = _ms()
         conn.execute("DELETE FROM oauth_codes WHERE expires_ts < ?", (ms,))
         conn.execute("DELETE FROM oauth_refresh WHERE expires_ts < ?", (ms,))
@@ -237,7 +181,6 @@ class SqliteOAuthStore(SqliteDeviceCodes, OAuthStore):
         grant_session: str, end_access: str = "", client_idle: float | None = None,
     ) -> str:
         def work(conn: sqlite3.Connection) -> str:
-            self._schema()
             # The grant's session is read in the transaction: an end by any process is either
             # committed before it (seen here) or after it (and ends the new session with the device).
             open_ = conn.execute(
@@ -250,7 +193,7 @@ class SqliteOAuthStore(SqliteDeviceCodes, OAuthStore):
             if open_ is None:
                 self._delete(conn, grant.grant_id)
                 return ENDED
-            SqliteSessionStore.insert(conn, access, None)
+            self._open_session(conn, access, None)
             if end_access:
                 conn.execute(
                     "UPDATE sessions SET ended_ts = ? WHERE token_hash = ? AND user = ? AND ended_ts IS NULL",
@@ -261,15 +204,14 @@ class SqliteOAuthStore(SqliteDeviceCodes, OAuthStore):
                     "UPDATE oauth_clients SET expires_ts = MAX(expires_ts, ?) WHERE client_id = ?",
                     (_ms(client_idle), grant.client_id),
                 )
-            self._maybe_purge(conn)
             return REFRESHED
 
         # One transaction. Only the end of an access token's session (which a process may keep:
         # a lost answer's token, seen unused but perhaps in use) moves the change counter: the
-        # usual refresh leaves every process's kept sessions standing (sqlite_changes).
-        outcome: str = await self._write(self._db.transaction(work, ends=bool(end_access)))
+        # usual refresh leaves every process's kept sessions standing (changes.py).
+        outcome: str = await self.db.write(self.db.transaction(work, ends=bool(end_access)))
         if outcome == REFRESHED:
-            await self._sessions.purge_now_and_then()
+            await self.db.purge_now_and_then()
         return outcome
 
     async def device_grant(self, user: str, device_id: str) -> Grant | None:

@@ -1,5 +1,5 @@
 """The device authorizations of the OAuth store (RFC 8628) in Redis: a mixin of RedisOAuthStore
-(backends.sessions.redis_oauth), under its key prefix.
+(backends.sessions.redis.oauth), under its key prefix.
 
 - `<prefix>oauth:device_code:<digest of the device code>`: hash {record, state, decision,
   last_poll}, expiring with the authorization;
@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from backends.redis_connect import RedisConnection, text
+from backends.redis_connect import text
 from backends.sessions.oauth import APPROVED, PENDING, USED, DeviceAuthorization
+from backends.sessions.redis.part import RedisPart
 
 ADD = """
 redis.call('HSET', KEYS[1], 'record', ARGV[1], 'state', ARGV[2], 'decision', '{}', 'last_poll', 0)
@@ -41,15 +42,9 @@ return {found[1], found[2], found[3], too_soon}
 """
 
 
-class RedisDeviceCodes:
-    """The device-code methods of the OAuth store, on the store's connection and prefix."""
-
-    connection: RedisConnection
-    prefix: str  # the OAuth store's, ending in "oauth:"
-
-    async def _eval(self, script: str, key: str, *args: Any) -> Any:
-        with self.connection.errors():
-            return await self.connection.connect().eval(script, 1, key, *args)
+class RedisDeviceCodes(RedisPart):
+    """The device-code methods of the OAuth store, on the store's connection and prefix (the
+    OAuth store's, ending in "oauth:")."""
 
     def _code_key(self, device_hash: str) -> str:
         return f"{self.prefix}device_code:{device_hash}"
@@ -62,7 +57,7 @@ class RedisDeviceCodes:
             )
         if not taken:
             return False
-        await self._eval(ADD, self._code_key(device_hash), json.dumps(record), PENDING, px)
+        await self.script(ADD, [self._code_key(device_hash)], [json.dumps(record), PENDING, px])
         return True
 
     async def device_code_by_user_code(self, user_code_hash: str) -> DeviceAuthorization | None:
@@ -80,11 +75,11 @@ class RedisDeviceCodes:
     async def decide_device_code(
         self, device_hash: str, state: str, decision: dict[str, Any], expected: str = PENDING
     ) -> bool:
-        done = await self._eval(DECIDE, self._code_key(device_hash), state, json.dumps(decision), expected)
+        done = await self.script(DECIDE, [self._code_key(device_hash)], [state, json.dumps(decision), expected])
         return bool(done)
 
     async def poll_device_code(self, device_hash: str, now_ms: int, interval_ms: int) -> DeviceAuthorization | None:
-        found = await self._eval(POLL, self._code_key(device_hash), now_ms, interval_ms, APPROVED, USED)
+        found = await self.script(POLL, [self._code_key(device_hash)], [now_ms, interval_ms, APPROVED, USED])
         if not found:
             return None
         return DeviceAuthorization(

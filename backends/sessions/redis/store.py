@@ -2,27 +2,40 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from typing import Any
 
 from backends.base import ConfigError
 from backends.redis_connect import RedisConnection, text
-from backends.sessions.base import Device, Session, SessionStore
-from backends.sessions.redis_buckets import RedisRateBuckets
-from backends.sessions.redis_delegation import RedisDelegationState
-from backends.sessions.redis_scripts import DEVICES, END, END_DEVICES, END_STALE, OPEN, REFINGERPRINT, RENAME, TOUCH
+from backends.sessions.base import SessionStore
+from backends.sessions.records import Device, Session
+from backends.sessions.redis.browser import RedisBrowserSessions
+from backends.sessions.redis.buckets import RedisRateBuckets
+from backends.sessions.redis.delegation import RedisDelegationState
+from backends.sessions.redis.oauth import RedisOAuthStore
+from backends.sessions.redis.part import RedisPart, user_base
+from backends.sessions.redis.scripts import (
+    DEVICES,
+    END,
+    END_DEVICES,
+    END_STALE,
+    OPEN,
+    REFINGERPRINT,
+    RENAME,
+    TOUCH,
+    fingerprint_rule_args,
+)
 
 logger = logging.getLogger(__name__)
 
 STORE = "session store"
 
 
-class RedisSessionStore(RedisDelegationState, RedisRateBuckets, SessionStore):
-    """Sessions and devices in Redis; delegation state and rate buckets there too (its other
-    parts, one class each, on the same connection: redis_part.RedisPart). Every key of one
-    user carries one Cluster hash tag, so each change is one Lua script, atomic, even on a
-    Cluster:
+class RedisSessionStore(RedisPart, SessionStore):
+    """Sessions and devices in Redis; its other parts (OAuth, the page sign-ins, rate buckets,
+    delegation state) there too, one object each on the same connection (part.RedisPart),
+    behind one door each (`oauth()`, ...). Every key of one user carries one Cluster hash
+    tag, so each change is one Lua script, atomic, even on a Cluster:
 
     - `<prefix>{<tag>}:s:<token digest>`: hash of one session (user, device_id, created_ts,
       last_seen_ip, last_seen_ts, expires_ts, ended_ts, identity_fp, password_fp); expires
@@ -30,17 +43,25 @@ class RedisSessionStore(RedisDelegationState, RedisRateBuckets, SessionStore):
     - `<prefix>{<tag>}:d:<device id>`: set of the digests of the device's open sessions;
     - `<prefix>{<tag>}:devices`: hash device id -> display name, of devices with open sessions;
     - `<prefix>users`: set of users with sessions (for the sweep of removed users);
-    - `<prefix>rl:<bucket>`, `<prefix>delegation:*`: the other parts' (redis_buckets, redis_delegation).
+    - `<prefix>{<tag>}:p:<id>`, `<prefix>{<tag>}:pages`, `<prefix>rl:<bucket>`,
+      `<prefix>delegation:*`, `<prefix>oauth:*`: the other parts' (browser.py, buckets.py,
+      delegation.py, oauth.py, oauth_device.py).
 
-    The tag is a digest of the user name, so no name can break out of it.
+    The tag is a digest of the user name, so no name can break out of it (part.user_base).
     """
 
     name = "redis"
 
     def __init__(self, connection: RedisConnection, key_prefix: str, keep_ended: float) -> None:
-        self.connection = connection
-        self.prefix = key_prefix
+        super().__init__(connection, key_prefix)
         self.keep_ended_ms = int(keep_ended * 1000)
+        # The other parts, on the same connection and prefix.
+        self._oauth = RedisOAuthStore(
+            connection, key_prefix + "oauth:", sessions=self, session_key=self.session_key
+        )
+        self._browser_sessions = RedisBrowserSessions(connection, key_prefix)
+        self._buckets = RedisRateBuckets(connection, key_prefix)
+        self._delegation = RedisDelegationState(connection, key_prefix)
 
     @classmethod
     def from_config(cls, options: dict[str, Any], *, config_dir: str) -> RedisSessionStore:
@@ -53,8 +74,7 @@ class RedisSessionStore(RedisDelegationState, RedisRateBuckets, SessionStore):
 
     def base(self, user: str) -> str:
         """The part every key of `user` starts with, hash tag included."""
-        tag = hashlib.sha256(user.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-        return f"{self.prefix}{{{tag}}}:"
+        return user_base(self.prefix, user)
 
     def session_key(self, user: str, token_hash: str) -> str:
         return f"{self.base(user)}s:{token_hash}"
@@ -70,6 +90,20 @@ class RedisSessionStore(RedisDelegationState, RedisRateBuckets, SessionStore):
     async def check_health(self) -> None:
         with self.connection.errors():
             await self.connection.connect().ping()
+
+    # -- the other parts ------------------------------------------------------------
+
+    def oauth(self) -> RedisOAuthStore:
+        return self._oauth
+
+    def browser_sessions(self) -> RedisBrowserSessions:
+        return self._browser_sessions
+
+    def buckets(self) -> RedisRateBuckets:
+        return self._buckets
+
+    def delegation(self) -> RedisDelegationState:
+        return self._delegation
 
     # -- sessions -------------------------------------------------------------------
 
@@ -128,8 +162,7 @@ class RedisSessionStore(RedisDelegationState, RedisRateBuckets, SessionStore):
 
     async def end_stale(self, user: str, identity_fps: list[str], password_fps: list[str] | None) -> list[str]:
         base = self.base(user)
-        args: list[Any] = [self.keep_ended_ms, base, len(identity_fps), *identity_fps]
-        args += ["0"] if password_fps is None else ["1", *password_fps]
+        args: list[Any] = [self.keep_ended_ms, base, *fingerprint_rule_args(identity_fps, password_fps)]
         ended = await self.script(END_STALE, [f"{base}devices"], args)
         return [text(device) for device in ended]
 
@@ -137,8 +170,7 @@ class RedisSessionStore(RedisDelegationState, RedisRateBuckets, SessionStore):
         self, user: str, identity_fps: list[str], password_fps: list[str] | None, new: tuple[str, str] | None
     ) -> int:
         base = self.base(user)
-        args: list[Any] = [base, *(new or ("", "")), len(identity_fps), *identity_fps]
-        args += ["0"] if password_fps is None else ["1", *password_fps]
+        args: list[Any] = [base, *(new or ("", "")), *fingerprint_rule_args(identity_fps, password_fps)]
         return int(await self.script(REFINGERPRINT, [f"{base}devices"], args))
 
     # -- devices --------------------------------------------------------------------

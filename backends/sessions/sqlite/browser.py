@@ -7,29 +7,24 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from backends.sessions.base import SessionStore
-from backends.sessions.pages import BrowserSession, PageSessions
-from backends.sessions.sqlite import SqliteSessionStore
+from backends.sessions.browser import BrowserSession, BrowserSessions
+from backends.sessions.sqlite.file import SqlitePart
 
 T = TypeVar("T")
 _COLUMNS = "id, user, created, expires, ip, user_agent"
 
 
-class SqlitePageSessions(PageSessions):
+class SqliteBrowserSessions(SqlitePart, BrowserSessions):
     """One row per sign-in; an end deletes it, and rows past their lifetime are purged as new
     ones open. Writes go through the store's writer thread but not its change counter: they
     change no Matrix session, so the sessions every process keeps stay good. `ended` reads
     the read connection."""
 
-    def __init__(self, store: SessionStore) -> None:
-        assert isinstance(store, SqliteSessionStore)
-        self.store = store
-
     async def _transaction(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        return await self.store.db.write(self.store.db.transaction(work))
+        return await self.db.write(self.db.transaction(work))
 
     async def _read(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        return await self.store.db.write(lambda: work(self.store.db.conn()))
+        return await self.db.write(lambda: work(self.db.conn()))
 
     async def open(self, session: BrowserSession) -> None:
         def work(conn: sqlite3.Connection) -> None:
@@ -62,7 +57,7 @@ class SqlitePageSessions(PageSessions):
     async def ended(self, user: str, session_id: str) -> bool:
         # Asked on every page request: a peek on the loop's read connection, as the rate
         # peek, so it never waits behind a write (in WAL mode a reader never waits for one).
-        row = self.store.db.read(
+        row = self.db.read(
             "SELECT 1 FROM page_sessions WHERE id = ? AND user = ? AND expires > ?",
             (session_id, user, int(time.time())),
         )

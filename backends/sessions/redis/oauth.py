@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any
 
-from backends.redis_connect import text
-from backends.sessions.base import Session
+from backends.redis_connect import RedisConnection, text
+from backends.sessions.base import SessionStore
 from backends.sessions.oauth import ENDED, RACED, REFRESHED, RETIRED_REFRESH_TTL, Grant, OAuthStore
-from backends.sessions.redis import RedisSessionStore
-from backends.sessions.redis_oauth_device import RedisDeviceCodes
+from backends.sessions.records import Session
+from backends.sessions.redis.oauth_device import RedisDeviceCodes
 
 ADD_CODE = """
 redis.call('HSET', KEYS[1], 'record', ARGV[1], 'uses', 0)
@@ -54,22 +55,21 @@ def _ms(seconds: float) -> int:
 
 
 class RedisOAuthStore(RedisDeviceCodes, OAuthStore):
-    """On the session store's connection and key prefix (its `session_key(user, token digest)`
-    names a session's hash, for `access_used`)."""
+    """On the session store's connection, under its key prefix + "oauth:". A refresh opens and
+    ends sessions through the session store (`sessions`); `session_key(user, token digest)`
+    names a session's hash, for `access_used`."""
 
-    def __init__(self, sessions: RedisSessionStore) -> None:
+    def __init__(
+        self, connection: RedisConnection, prefix: str, *,
+        sessions: SessionStore, session_key: Callable[[str, str], str],
+    ) -> None:
+        super().__init__(connection, prefix)
         self.sessions = sessions
-        self.connection = sessions.connection
-        self.prefix = sessions.prefix + "oauth:"
-        self.session_key = sessions.session_key
+        self.session_key = session_key
 
     def _device_key(self, user: str, device_id: str) -> str:
         digest = hashlib.sha256(json.dumps([user, device_id]).encode("utf-8", "surrogatepass")).hexdigest()
         return f"{self.prefix}device:{digest}"
-
-    async def _script(self, script: str, keys: list[str], args: list[Any]) -> Any:
-        with self.connection.errors():
-            return await self.connection.connect().eval(script, len(keys), *keys, *args)
 
     # -- clients --------------------------------------------------------------------
 
@@ -89,16 +89,16 @@ class RedisOAuthStore(RedisDeviceCodes, OAuthStore):
     # -- codes ----------------------------------------------------------------------
 
     async def add_code(self, code_hash: str, record: dict[str, Any], ttl: float) -> None:
-        await self._script(ADD_CODE, [f"{self.prefix}code:{code_hash}"], [json.dumps(record), _ms(ttl)])
+        await self.script(ADD_CODE, [f"{self.prefix}code:{code_hash}"], [json.dumps(record), _ms(ttl)])
 
     async def take_code(self, code_hash: str) -> tuple[dict[str, Any], int] | None:
-        found = await self._script(TAKE_CODE, [f"{self.prefix}code:{code_hash}"], [])
+        found = await self.script(TAKE_CODE, [f"{self.prefix}code:{code_hash}"], [])
         if not found:
             return None
         return json.loads(found[0]), int(found[1])
 
     async def give_back_code(self, code_hash: str, uses: int) -> None:
-        await self._script(GIVE_BACK_CODE, [f"{self.prefix}code:{code_hash}"], [str(uses)])
+        await self.script(GIVE_BACK_CODE, [f"{self.prefix}code:{code_hash}"], [str(uses)])
 
     # -- grants ---------------------------------------------------------------------
 
@@ -125,7 +125,7 @@ class RedisOAuthStore(RedisDeviceCodes, OAuthStore):
 
     async def rotate_grant(self, expected_refresh_hash: str, grant: Grant, idle: float) -> bool:
         px = _ms(idle)
-        before = await self._script(
+        before = await self.script(
             ROTATE, [f"{self.prefix}grant:{grant.grant_id}"], [expected_refresh_hash, grant.encode(), px]
         )
         if not before:

@@ -8,46 +8,68 @@ import time
 from typing import Any
 
 from backends.base import resolve_path
-from backends.sessions.base import Device, Session, SessionStore
-from backends.sessions.sqlite_buckets import SqliteRateBuckets
-from backends.sessions.sqlite_delegation import SqliteDelegationState
-from backends.sessions.sqlite_file import SqliteFile
+from backends.sessions.base import SessionStore
+from backends.sessions.records import Device, Session
+from backends.sessions.sqlite.browser import SqliteBrowserSessions
+from backends.sessions.sqlite.buckets import SqliteRateBuckets
+from backends.sessions.sqlite.delegation import SqliteDelegationState
+from backends.sessions.sqlite.file import SqliteFile, SqlitePart
+from backends.sessions.sqlite.oauth import SqliteOAuthStore
 
 logger = logging.getLogger(__name__)
 
-# Tombstones and expired sessions are purged at most this often (seconds), by the writer.
-PURGE_EVERY = 600.0
 _SESSION_COLUMNS = (
     "token_hash, user, device_id, created_ts, last_seen_ip, last_seen_ts, expires_ts, ended_ts, "
     "identity_fp, password_fp"
 )
 _GET = f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE token_hash = ?"
 KEPT_SESSIONS = 10_000  # sessions a process keeps; past this, it starts afresh
+# The open sessions of a user (the first argument) that carry fingerprints: the ones the
+# credential-fingerprint rule speaks of (those without were opened before; they stay).
+_FINGERPRINTED = "user = ? AND ended_ts IS NULL AND identity_fp IS NOT NULL"
+
+
+def kept_by_fingerprints(identity_fps: list[str], password_fps: list[str] | None) -> tuple[str, list[str]]:
+    """The credential-fingerprint rule, written once for SQLite (`end_stale` ends the sessions
+    it does not keep, `refingerprint` counts and carries those it keeps; redis/scripts.py's
+    `fingerprint_rule` in Lua, homeserver.credentials for one session): a session with
+    fingerprints is kept while its identity digest is one of `identity_fps` and, unless
+    `password_fps` is None (password changes let pass), its password digest is absent or one
+    of those (one digest per signing key). The SQL condition and its arguments."""
+    kept = f"identity_fp IN ({', '.join('?' * len(identity_fps))})"
+    if password_fps is None:
+        return kept, list(identity_fps)
+    kept += f" AND (password_fp IS NULL OR password_fp IN ({', '.join('?' * len(password_fps))}))"
+    return kept, [*identity_fps, *password_fps]
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class SqliteSessionStore(SqliteDelegationState, SqliteRateBuckets, SessionStore):
+class SqliteSessionStore(SqlitePart, SessionStore):
     """Sessions and devices in one SQLite file (WAL), safe for several processes on one host;
-    delegation state and rate buckets in the same file (its other parts, one class each).
+    its other parts (OAuth, the page sign-ins, rate buckets, delegation state) in the same
+    file, one object each, behind one door each (`oauth()`, ...).
 
-    The file's plumbing is `db` (sqlite_file.SqliteFile): writes on its writer thread. The
+    The file's plumbing is `db` (file.SqliteFile): writes on its writer thread. The
     hot-path read (`get`) runs on the loop, on the read connection, and keeps what it read
-    while the processes' shared change counter says no session ended since (sqlite_changes).
+    while the processes' shared change counter says no session ended since (changes.py).
     """
 
     name = "sqlite"
 
     def __init__(self, path: str, *, timeout: float = 2.0, keep_ended: float = 30 * 86400) -> None:
-        self.path = path
-        self.timeout = timeout
+        super().__init__(SqliteFile(path, timeout))
         self.keep_ended_ms = int(keep_ended * 1000)
-        self.db = SqliteFile(path, timeout)
-        self._last_purge = 0.0
         # token_hash -> (the session, the change counter's value it was read at)
         self._kept: dict[str, tuple[Session, int]] = {}
+        self.db.on_purge(self._purge)
+        # The other parts, on the same file.
+        self._oauth = SqliteOAuthStore(self.db, open_session=self.insert)
+        self._browser_sessions = SqliteBrowserSessions(self.db)
+        self._buckets = SqliteRateBuckets(self.db)
+        self._delegation = SqliteDelegationState(self.db)
 
     @classmethod
     def from_config(cls, options: dict[str, Any], *, config_dir: str) -> SqliteSessionStore:
@@ -68,12 +90,26 @@ class SqliteSessionStore(SqliteDelegationState, SqliteRateBuckets, SessionStore)
     async def check_health(self) -> None:
         await self.db.write(lambda: self.db.conn().execute("SELECT 1").fetchone())
 
+    # -- the other parts ------------------------------------------------------------
+
+    def oauth(self) -> SqliteOAuthStore:
+        return self._oauth
+
+    def browser_sessions(self) -> SqliteBrowserSessions:
+        return self._browser_sessions
+
+    def buckets(self) -> SqliteRateBuckets:
+        return self._buckets
+
+    def delegation(self) -> SqliteDelegationState:
+        return self._delegation
+
     # -- sessions -------------------------------------------------------------------
 
     @staticmethod
     def insert(conn: sqlite3.Connection, session: Session, display_name: str | None) -> None:
         """Record a new session (and its device when new) inside a write transaction: `open`'s
-        work, also one step of the OAuth store's refresh (sqlite_oauth)."""
+        work, also one step of the OAuth store's refresh (oauth.py)."""
         conn.execute(
             f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
             (session.token_hash, session.user, session.device_id, session.created_ts,
@@ -88,17 +124,11 @@ class SqliteSessionStore(SqliteDelegationState, SqliteRateBuckets, SessionStore)
     async def open(self, session: Session, display_name: str | None) -> None:
         # A new session changes nothing a process keeps (absences are not kept, see `get`).
         await self.db.write(self.db.transaction(lambda conn: self.insert(conn, session, display_name)))
-        await self.purge_now_and_then()
-
-    async def purge_now_and_then(self) -> None:
-        """After sessions were opened: the purge, at most every PURGE_EVERY s per process."""
-        if time.monotonic() - self._last_purge >= PURGE_EVERY:
-            self._last_purge = time.monotonic()
-            await self.db.write(self.db.transaction(self._purge, ends=True))
+        await self.db.purge_now_and_then()
 
     async def get(self, user: str, token_hash: str) -> Session | None:
         changes = self.db.counter()
-        # What was read at this counter value is the file's still (sqlite_changes).
+        # What was read at this counter value is the file's still (changes.py).
         seen = changes.value()
         kept = self._kept.get(token_hash)
         session: Session | None
@@ -164,12 +194,9 @@ class SqliteSessionStore(SqliteDelegationState, SqliteRateBuckets, SessionStore)
         return await self.db.write(self.db.transaction(work, ends=True))
 
     async def end_stale(self, user: str, identity_fps: list[str], password_fps: list[str] | None) -> list[str]:
-        stale = f"identity_fp NOT IN ({', '.join('?' * len(identity_fps))})"
-        args: list[Any] = [user, *identity_fps]
-        if password_fps is not None:
-            stale += f" OR (password_fp IS NOT NULL AND password_fp NOT IN ({', '.join('?' * len(password_fps))}))"
-            args += password_fps
-        where = f"user = ? AND ended_ts IS NULL AND identity_fp IS NOT NULL AND ({stale})"
+        kept, kept_args = kept_by_fingerprints(identity_fps, password_fps)
+        where = f"{_FINGERPRINTED} AND NOT ({kept})"
+        args: list[Any] = [user, *kept_args]
 
         def work(conn: sqlite3.Connection) -> list[str]:
             rows = conn.execute(
@@ -191,11 +218,9 @@ class SqliteSessionStore(SqliteDelegationState, SqliteRateBuckets, SessionStore)
     async def refingerprint(
         self, user: str, identity_fps: list[str], password_fps: list[str] | None, new: tuple[str, str] | None
     ) -> int:
-        where = f"user = ? AND ended_ts IS NULL AND identity_fp IN ({', '.join('?' * len(identity_fps))})"
-        args: list[Any] = [user, *identity_fps]
-        if password_fps is not None:
-            where += f" AND (password_fp IS NULL OR password_fp IN ({', '.join('?' * len(password_fps))}))"
-            args += password_fps
+        kept, kept_args = kept_by_fingerprints(identity_fps, password_fps)
+        where = f"{_FINGERPRINTED} AND ({kept})"
+        args: list[Any] = [user, *kept_args]
         if new is None:
             return int(await self.db.write(
                 lambda: self.db.conn().execute(f"SELECT COUNT(*) FROM sessions WHERE {where}", args).fetchone()[0]
@@ -261,12 +286,10 @@ class SqliteSessionStore(SqliteDelegationState, SqliteRateBuckets, SessionStore)
     # -- upkeep ---------------------------------------------------------------------
 
     def _purge(self, conn: sqlite3.Connection) -> None:
-        """Forget old tombstones, expired sessions and full buckets (after a login, at most every
-        PURGE_EVERY s): it removes sessions, so it moves the change counter."""
+        """Forget old tombstones and expired sessions (file.SqliteFile.purge_now_and_then)."""
         now_ms = _now_ms()
         conn.execute(
             "DELETE FROM sessions WHERE (ended_ts IS NOT NULL AND ended_ts < ?) "
             "OR (expires_ts IS NOT NULL AND expires_ts < ?)",
             (now_ms - self.keep_ended_ms, now_ms),
         )
-        conn.execute("DELETE FROM rate_limits WHERE full_at < ?", (time.time(),))
