@@ -26,6 +26,7 @@ from homeserver.errors import ConfigError, StoreDataError, StoreUnavailable
 from homeserver.logs import setup_cli_logging, setup_logging
 from homeserver.names import MAX_USER_ID_BYTES, user_id
 from homeserver.passwords import hash_password
+from homeserver.process.early_signals import EARLY
 
 # Matrix localpart grammar for new accounts (appendices, "User Identifiers").
 NAME_RE = re.compile(r"[a-z0-9._=\-/+]+")
@@ -301,6 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.func is not cmd_serve:
+        EARLY.release()  # only `serve` keeps the signals run.py noted (homeserver.process.early_signals)
     try:
         return args.func(args)
     except (ConfigError, CommandError, UnknownTarget) as exc:
