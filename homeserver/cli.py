@@ -8,6 +8,7 @@ import dataclasses
 import getpass
 import os
 import re
+import secrets
 import sys
 import unicodedata
 from collections.abc import Sequence
@@ -118,6 +119,8 @@ def cmd_add_user(args: argparse.Namespace) -> int:
             raise CommandError("--ident is needed for a new user")
         if args.keep_password:
             raise CommandError("--keep-password only goes with --overwrite")
+    if args.no_password and args.keep_password:
+        raise CommandError("--no-password and --keep-password do not go together")
     for option, value in (
         ("--ident", args.ident), ("--display-name", args.display_name), ("--avatar-url", args.avatar_url),
         ("--email", args.email),
@@ -136,10 +139,15 @@ def cmd_add_user(args: argparse.Namespace) -> int:
     # has no option for included.
     keep = [name for name in STORED_FIELDS if name not in ("name", "password") and given.get(name) is None]
     password = None
+    rounds = args.rounds or config.get("auth", "bcrypt_rounds")
     if args.keep_password:
         keep.append("password")
+    elif args.no_password:
+        # The hash of 256 random bits nobody keeps: no password logs in, in any store's format,
+        # and a try costs what any other login costs (nothing tells a bot's account apart).
+        password = hash_password(secrets.token_urlsafe(32), rounds)
     else:
-        password = hash_password(read_password(), args.rounds or config.get("auth", "bcrypt_rounds"))
+        password = hash_password(read_password(), rounds)
     user = User(
         name=args.name,
         password=password,
@@ -282,6 +290,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     au.add_argument(
         "--keep-password", action="store_true", help="with --overwrite: keep the stored password (none is read)"
+    )
+    au.add_argument(
+        "--no-password",
+        action="store_true",
+        help="store no usable password (none is read): an account for a program, given tokens by sessions issue",
     )
     au.add_argument("--rounds", type=int, choices=range(4, 32), metavar="4..31", help="bcrypt cost")
     au.set_defaults(func=cmd_add_user)
