@@ -178,7 +178,10 @@ async def serve(
     signals.install(loop)
     # The log lines this loop writes go out together, once per turn (homeserver.logs).
     gather_writes(loop)
-    orphan_watch = asyncio.ensure_future(watch_parent(parent, signals.stop.set)) if parent is not None else None
+    orphan_watch = (
+        asyncio.ensure_future(watch_parent(parent, lambda: signals.request_stop("the parent gone")))
+        if parent is not None else None
+    )
     try:
         _, hs = await signals.unless_stopped(start_parts(config))
         if hs is None:

@@ -18,6 +18,7 @@ from homeserver.process.early_signals import HANDLED, STOP, EarlySignals
 
 T = TypeVar("T")
 
+
 class LoopSignals:
     """On the event loop: the first SIGTERM/SIGINT sets `stop`, any later one `hurry`
     (cut the drain short); SIGHUP calls `on_reload` once set (start-up done)."""
@@ -53,10 +54,14 @@ class LoopSignals:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)
 
     def _on_stop(self, signum: int) -> None:
+        self.request_stop(signal.Signals(signum).name)
+
+    def request_stop(self, why: str) -> None:
+        """Stop (`why`: the signal's name, or another reason); a second request hurries."""
         if self.stop.is_set():
             self.hurry.set()
             return
-        self.signal_name = signal.Signals(signum).name
+        self.signal_name = why
         self.stop.set()
 
     def _on_reload(self) -> None:
