@@ -8,6 +8,7 @@ import dataclasses
 import getpass
 import os
 import re
+import secrets
 import sys
 import unicodedata
 from collections.abc import Sequence
@@ -26,6 +27,7 @@ from homeserver.errors import ConfigError, StoreDataError, StoreUnavailable
 from homeserver.logs import setup_cli_logging, setup_logging
 from homeserver.names import MAX_USER_ID_BYTES, user_id
 from homeserver.passwords import hash_password
+from homeserver.process.early_signals import EARLY
 
 # Matrix localpart grammar for new accounts (appendices, "User Identifiers").
 NAME_RE = re.compile(r"[a-z0-9._=\-/+]+")
@@ -117,6 +119,8 @@ def cmd_add_user(args: argparse.Namespace) -> int:
             raise CommandError("--ident is needed for a new user")
         if args.keep_password:
             raise CommandError("--keep-password only goes with --overwrite")
+    if args.no_password and args.keep_password:
+        raise CommandError("--no-password and --keep-password do not go together")
     for option, value in (
         ("--ident", args.ident), ("--display-name", args.display_name), ("--avatar-url", args.avatar_url),
         ("--email", args.email),
@@ -135,10 +139,15 @@ def cmd_add_user(args: argparse.Namespace) -> int:
     # has no option for included.
     keep = [name for name in STORED_FIELDS if name not in ("name", "password") and given.get(name) is None]
     password = None
+    rounds = args.rounds or config.get("auth", "bcrypt_rounds")
     if args.keep_password:
         keep.append("password")
+    elif args.no_password:
+        # The hash of 256 random bits nobody keeps: no password logs in, in any store's format,
+        # and a try costs what any other login costs (nothing tells a bot's account apart).
+        password = hash_password(secrets.token_urlsafe(32), rounds)
     else:
-        password = hash_password(read_password(), args.rounds or config.get("auth", "bcrypt_rounds"))
+        password = hash_password(read_password(), rounds)
     user = User(
         name=args.name,
         password=password,
@@ -282,6 +291,11 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument(
         "--keep-password", action="store_true", help="with --overwrite: keep the stored password (none is read)"
     )
+    au.add_argument(
+        "--no-password",
+        action="store_true",
+        help="store no usable password (none is read): an account for a program, given tokens by sessions issue",
+    )
     au.add_argument("--rounds", type=int, choices=range(4, 32), metavar="4..31", help="bcrypt cost")
     au.set_defaults(func=cmd_add_user)
 
@@ -301,6 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.func is not cmd_serve:
+        EARLY.release()  # only `serve` keeps the signals run.py noted (homeserver.process.early_signals)
     try:
         return args.func(args)
     except (ConfigError, CommandError, UnknownTarget) as exc:

@@ -44,7 +44,7 @@ async def issue(config: Config, name: str, device_id: str, lifetime: int) -> str
     async with stores(config) as (backend, store):
         user = await Users(backend).get(name)
         if user is None:
-            raise UnknownTarget(f"unknown user {name!r}")
+            raise UnknownTarget(f"unknown user {name!r} in {user_store(config)}")
         if user.locked:
             raise IssueRefused(f"{user_id(name, server_name)} is locked: unlock the account first")
         fingerprint = server_credentials(config, secret).of(user)
@@ -79,6 +79,28 @@ async def issue(config: Config, name: str, device_id: str, lifetime: int) -> str
         return token
 
 
+def user_store(config: Config) -> str:
+    """Which user store a command looked in, for its answer: the kind, where (no credentials)
+    and the config that named it."""
+    kind = config.get("backend", "type")
+    if kind == "file":
+        where = f" {config.resolve_path(config.get('backend.file', 'path'))}"
+    elif kind == "ldap":
+        where = f" at {config.get('backend.ldap', 'uri')}"
+    else:
+        where = ""
+    return f"the {kind} user store{where} (config {config.path})"
+
+
+def _unknown_user_hint(name: str, config: Config, config_given: bool) -> str:
+    if config.get("backend", "type") == "ldap":
+        first = "add it in the directory first"
+    else:
+        first = f"add it first: run.py add-user {name} --ident ID --no-password --config {config.path}"
+    hint = "" if config_given else "; or name the server's config with --config"
+    return f"{first}{hint}"
+
+
 def _refuse(message: str) -> int:
     print(f"homeserver: error: {message}", file=sys.stderr)
     return 1
@@ -99,6 +121,8 @@ def cmd_issue(args: argparse.Namespace) -> int:
         token = asyncio.run(issue(config, name, args.device, lifetime))
     except IssueRefused as exc:
         return _refuse(str(exc))
+    except UnknownTarget as exc:
+        return _refuse(f"{exc}: {_unknown_user_hint(name, config, getattr(args, 'config', None) is not None)}")
     reason = "issued by the operator (sessions issue)" + (f", lifetime {lifetime} s" if lifetime else "")
     audit.audit(audit.LOGIN, user=name, device=args.device, client="cli", outcome="success", reason=reason)
     print(token, flush=True)

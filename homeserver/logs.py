@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import logging.handlers
+import socket
 import sys
 import threading
 import time
@@ -191,8 +192,9 @@ SYSLOG_SOCKET = "/dev/log"
 def setup_cli_logging(level: str, fmt: str = "text") -> None:
     """Logging for a one-shot command: warnings on standard error; its audit lines
     (homeserver.audit) in the log, not on the terminal: at a terminal, the system log
-    (facility authpriv, tag `homeserver`) when there is one; otherwise (run by a script, a
-    unit, a test) standard error in the configured format, where that caller keeps it.
+    (facility authpriv, tag `homeserver`) when one listens; otherwise (no system log, as in
+    a container; run by a script, a unit, a test) standard error in the configured format,
+    where that caller keeps it. Never a logging traceback.
     Nothing when the process already logs somewhere (the command run inside another program)."""
     if logging.getLogger().handlers:
         return
@@ -207,16 +209,35 @@ def setup_cli_logging(level: str, fmt: str = "text") -> None:
 
 
 def _system_log(fmt: str) -> logging.Handler | None:
-    """A handler writing to the system log, or None when there is none (a container)."""
-    from logging.handlers import SysLogHandler
-
-    try:
-        handler = SysLogHandler(SYSLOG_SOCKET, facility=SysLogHandler.LOG_AUTHPRIV)
-    except OSError:
+    """A handler writing to the system log, or None when nothing listens there (no `/dev/log`:
+    a container, a minimal system). SysLogHandler itself does not say so: it is made without
+    a connection and prints a traceback at its first line, so the socket is tried here first."""
+    if not _system_log_listens(SYSLOG_SOCKET):
         return None
+    handler = _SystemLog(SYSLOG_SOCKET, facility=logging.handlers.SysLogHandler.LOG_AUTHPRIV)
     handler.ident = "homeserver: "
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter("%(message)s"))
     return handler
+
+
+def _system_log_listens(address: str) -> bool:
+    for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):  # as SysLogHandler tries them
+        with socket.socket(socket.AF_UNIX, kind) as sock:
+            try:
+                sock.connect(address)
+            except OSError:
+                continue
+            return True
+    return False
+
+
+class _SystemLog(logging.handlers.SysLogHandler):
+    """The system log; a line it cannot take (the daemon went away) goes where the command's
+    other lines go (the root logger's handlers: standard error) instead of a logging traceback."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        for handler in logging.getLogger().handlers:
+            handler.handle(record)
 
 
 def setup_logging(level: str, fmt: str = "text") -> None:

@@ -4,13 +4,25 @@
 # certificates), the browser the account page tests drive (chromium, chromium-driver),
 # Node.js with npm (the matrix-js-sdk client test installs its package from the npm
 # registry), curl (the README's curl sessions are run), nginx (the reverse proxy in front of
-# Synapse in the delegation tests), python3-olm (matrix-nio's encryption, for Debian's
-# python3; the test makes its virtualenv, tests/nio_e2e.py) and postgresql (the migration
-# tests start private clusters; the package's own is kept from starting). Needs root (or sudo).
-# Then matrix-synapse from PyPI into its cached virtualenv outside the repository, with
-# psycopg2-binary and matrix-synapse-ldap3 (tests/synapse.py), as the user running the tests.
+# Synapse in the delegation tests), python3-venv (scripts/test.sh makes .venv),
+# python3-olm (matrix-nio's encryption, for Debian's python3; the test makes its virtualenv,
+# tests/nio_e2e.py) and postgresql (the migration tests start private clusters; the
+# package's own is kept from starting). Needs root (or sudo). Then matrix-synapse from PyPI
+# into its cached virtualenv outside the repository, with psycopg2-binary and
+# matrix-synapse-ldap3 (tests/synapse.py), as the user running the tests.
+#
+#   scripts/install-test-services.sh               install what is missing (sudo when not root)
+#   scripts/install-test-services.sh --if-allowed  the same when root, or when sudo asks no
+#       password, and apt-get is there; otherwise one line on standard error naming what is
+#       missing and what to run, and exit 0 (scripts/test.sh calls it so)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+mode=install
+case "${1:-}" in
+    "") ;;
+    --if-allowed) mode=if-allowed ;;
+    *) echo "usage: scripts/install-test-services.sh [--if-allowed]" >&2; exit 2 ;;
+esac
 install_synapse() {
     # Into the cache of the user who runs the tests (the one who called sudo, if any).
     if [ "$(id -u)" -eq 0 ] && [ -n "${SUDO_USER:-}" ] && [ "$SUDO_USER" != root ]; then
@@ -36,11 +48,19 @@ python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 # libolm's Python binding for Debian's python3: matrix-nio's encryption in the tests (tests/nio_e2e.py).
 /usr/bin/python3 -c 'import olm' >/dev/null 2>&1 || need+=(python3-olm)
 if [ ${#need[@]} -eq 0 ]; then
-    install_synapse
+    # --if-allowed: the tests that need Synapse make its virtualenv themselves (tests/synapse.py).
+    [ "$mode" = if-allowed ] || install_synapse
     exit 0
 fi
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo=sudo
+if [ "$mode" = if-allowed ]; then
+    if ! command -v apt-get >/dev/null 2>&1 || { [ -n "$sudo" ] && ! sudo -n true 2>/dev/null; }; then
+        echo "tests needing ${need[*]} will be skipped; to install them: sudo scripts/install-test-services.sh" >&2
+        exit 0
+    fi
+    echo "installing what the tests need: ${need[*]} (scripts/install-test-services.sh)" >&2
+fi
 # Keep Debian's packaging from starting a system-wide slapd on port 389.
 $sudo mkdir -p /etc/ldap && $sudo touch /etc/ldap/noslapd
 export DEBIAN_FRONTEND=noninteractive

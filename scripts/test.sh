@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
 # Lint, type-check and run the whole test suite in its own virtualenv (.venv), installing what it needs first.
 # Extra arguments go to pytest, e.g. scripts/test.sh tests/handlers -x
+# --quick first skips ruff and mypy (one file, again and again): scripts/test.sh --quick tests/test_stops.py -x
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
+quick=""
+if [ "${1:-}" = --quick ]; then
+    quick=1
+    shift
+fi
+# The programs the tests start (redis-server, slapd, nginx, chromium, node...): installed
+# when missing and this user may (root, or sudo without a password); otherwise one line says
+# what to run, and their tests are skipped (failed when CI is set).
+scripts/install-test-services.sh --if-allowed
 if [ ! -x .venv/bin/python ]; then
     "$python" -m venv .venv
 fi
@@ -23,6 +33,8 @@ if [ "$(cat .venv/.requirements 2>/dev/null)" != "$want" ]; then
     echo "$want" > .venv/.requirements
 fi
 # Lint (ruff) and type-check (mypy) first: code either flags is refused before any test runs.
-.venv/bin/ruff check --no-cache .
-.venv/bin/mypy
+if [ -z "$quick" ]; then
+    .venv/bin/ruff check --no-cache .
+    .venv/bin/mypy
+fi
 exec .venv/bin/python -m pytest "$@"

@@ -10,7 +10,7 @@ import pytest
 
 from homeserver.passwords import hash_password
 from tests.backends.redis_servers import wait_until
-from tests.servers import WHOAMI, Server, call, run_py, write_config
+from tests.servers import WHOAMI, Server, call, login, run_py, write_config
 
 
 @pytest.fixture
@@ -98,3 +98,46 @@ def test_without_the_servers_secret_nothing_is_issued_and_no_secret_made(server,
     assert not (tmp_path / "missing.key").exists()
     listed = run_py("sessions", "list", "--config", conf)
     assert "BOT" not in listed.stdout
+
+
+def test_an_unknown_user_names_the_store_and_the_config_it_looked_in(server, conf, tmp_path):
+    done = issue(conf, "mybot", "--device", "BOT")
+    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert f"unknown user 'mybot' in the file user store {tmp_path / 'users.json'} (config {conf})" in done.stderr
+    assert f"run.py add-user mybot --ident ID --no-password --config {conf}" in done.stderr
+    assert "or name the server's config" not in done.stderr  # it was named
+
+
+def test_without_config_the_answer_says_which_config_it_read(server, conf, monkeypatch, capsys):
+    """`sessions issue mybot` without --config reads conf/homeserver.toml: the answer says so,
+    and that --config names the server's own (here the default is pointed at a test config)."""
+    import homeserver.config
+    from homeserver.cli import main
+
+    monkeypatch.setattr(homeserver.config, "DEFAULT_CONFIG", conf)
+    assert main(["sessions", "issue", "mybot", "--device", "BOT"]) == 1
+    err = capsys.readouterr().err
+    assert "unknown user 'mybot' in the file user store" in err and f"(config {conf})" in err, err
+    assert err.rstrip().endswith("or name the server's config with --config"), err
+
+
+def test_a_bot_account_with_no_password_gets_tokens_and_no_password_logs_in(server, conf, tmp_path):
+    """The walk-through's bot: `add-user --no-password` reads nothing and stores no usable
+    password; `sessions issue` then gives it a token."""
+    added = run_py("add-user", "mybot", "--ident", " [bot]", "--no-password", "--config", conf)  # stdin empty
+    assert (added.returncode, added.stdout, added.stderr) == (0, "added @mybot:localhost\n", "")
+    stored = {u["name"]: u for u in json.loads((tmp_path / "users.json").read_text())["users"]}["mybot"]
+    assert bytes.fromhex(stored["password"]).startswith(b"$2b$")  # a bcrypt hash, as every store keeps
+    profile = "/_matrix/client/v3/profile/@mybot:localhost"
+    wait_until(lambda: call(server.port, profile)[0] == 200, 15, "the server to see the new user")
+    for password in ("", "mybot", " [bot]", stored["password"], "pw"):
+        status, body = login(server.port, "mybot", password)
+        assert (status, body.get("errcode")) == (403, "M_FORBIDDEN"), (password, body)
+    token = issue(conf, "mybot", "--device", "BOT").stdout.strip()
+    status, me = call(server.port, WHOAMI, token=token)
+    assert (status, me["user_id"], me["device_id"]) == (200, "@mybot:localhost", "BOT")
+
+
+def test_no_password_and_keep_password_are_refused_together(conf):
+    done = run_py("add-user", "alice", "--overwrite", "--keep-password", "--no-password", "--config", conf)
+    assert (done.returncode, done.stderr) == (1, "homeserver: error: --no-password and --keep-password do not go together\n")

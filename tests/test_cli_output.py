@@ -108,3 +108,51 @@ def test_revoke_at_a_terminal_says_one_sentence_and_logs_the_audit_line_only(tmp
     finally:
         receiver.close()
         server.stop()
+
+
+def test_revoke_at_a_terminal_without_a_system_log_shows_no_traceback(tmp_path):
+    """No `/dev/log` (a container, a minimal system): the audit line goes to standard error,
+    one line, where a FileNotFoundError and logging's traceback used to follow the result."""
+    conf = polling_config(tmp_path, reload_interval=0)
+    server = Server("--config", conf)
+    try:
+        login_token(server.port)
+        code, out, shown = run_at_a_terminal(str(tmp_path / "no-such-log"), "sessions", "revoke", "alice", "--all",
+                                             "--config", conf)
+        assert (code, out) == (0, "Ended 1 session of @alice:localhost.\n"), shown
+        assert "Traceback" not in shown and "Error" not in shown, shown
+        lines = shown.splitlines()
+        assert len(lines) == 1 and 'audit revoke user="alice"' in lines[0] and "count=1" in lines[0], shown
+    finally:
+        server.stop()
+
+
+def test_a_system_log_gone_while_running_falls_back_quietly(tmp_path, capsys):
+    """The daemon stops between the command's start and its audit line: the line goes where
+    the command's other lines go (standard error), not a traceback."""
+    import logging
+
+    import homeserver.logs as logs
+
+    path = str(tmp_path / "log.sock")
+    receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    receiver.bind(path)
+    old = logs.SYSLOG_SOCKET
+    logs.SYSLOG_SOCKET = path
+    root = logging.getLogger()
+    kept = root.handlers[:]
+    try:
+        handler = logs._system_log("text")
+        assert handler is not None
+        receiver.close()
+        os.unlink(path)
+        stream = logging.StreamHandler(sys.stderr)  # capsys's
+        root.handlers[:] = [stream]
+        record = logging.LogRecord("homeserver.audit", logging.INFO, __file__, 1, 'audit lock user="bob"', None, None)
+        handler.handle(record)
+        handler.close()
+    finally:
+        logs.SYSLOG_SOCKET = old
+        root.handlers[:] = kept
+    err = capsys.readouterr().err
+    assert 'audit lock user="bob"' in err and "Traceback" not in err, err

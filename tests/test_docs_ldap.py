@@ -6,6 +6,7 @@ config the recipe wrote, alice logs in, and the recipe's lock and unlock reach h
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -20,11 +21,12 @@ import pytest
 
 from tests.backends.slapd import _tool, free_port, ppolicy_available, require_slapd
 from tests.doc_blocks import code_blocks, section, shell_commands
-from tests.helpers import ci
+from tests.helpers import JWT_SECRET, ci, record
 from tests.servers import WHOAMI, Server, call, login
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "ldap.md"
+PROFILE = "/_matrix/client/v3/profile/@alice:localhost"
 
 
 def recipe() -> dict[str, Any]:
@@ -123,6 +125,8 @@ def test_the_recipe_makes_a_directory_this_server_logs_in_against_and_locks(dire
         assert status == 200 and answer["user_id"] == "@alice:localhost", (status, answer)
         token = answer["access_token"]
         assert login(server.port, "alice", "not-her-password")[0] == 403
+        # The recipe's ident: the uid in brackets, not the entryUUID glued on.
+        assert call(server.port, PROFILE) == (200, {"displayname": "Alice (alice)"})
 
         run(directory["variables"] + directory["parts"]["lock"], home, log)
         status, body = whoami_until(server.port, token, 401)
@@ -150,3 +154,50 @@ def test_the_system_way_uses_the_same_variables():
     assert shared - made_by_steps <= set_here, sorted(shared - made_by_steps - set_here)
     assert shared - made_by_steps <= set_there, sorted(shared - made_by_steps - set_there)
     assert "debconf-set-selections" in parts["system"] and "apt-get install -y slapd ldap-utils" in parts["system"]
+
+
+def test_switching_a_running_server_keeps_its_sessions(directory, tmp_path):
+    """"Switching a running server to the directory" as printed: a server on a users file
+    (alice with another password than the directory's, and bob, who is not in it), its
+    config kept and its [backend] sections replaced by the recipe's, the two adopt commands;
+    on the directory, alice's token still works and bob's does not."""
+    home, folder, log = directory["home"], directory["folder"], directory["log"]
+    running = tmp_path / "running"
+    running.mkdir()
+    users = [record("alice", "her-old-password", " [alice]", display_name="Alice"), record("bob", "builder")]
+    (running / "users.json").write_text(json.dumps({"users": users}))
+    conf = running / "homeserver.toml"
+    conf.write_text(f'[auth]\njwt_secret = "{JWT_SECRET}"\n[rate_limit]\nenabled = false\n'
+                    '[backend]\ntype = "file"\n[backend.file]\npath = "users.json"\n')
+    server = Server("--config", str(conf))
+    try:
+        status, alice = login(server.port, "alice", "her-old-password")
+        assert status == 200, alice
+        status, bob = login(server.port, "bob", "builder")
+        assert status == 200, bob
+    finally:
+        server.stop()
+
+    first, second = code_blocks(section(DOC.read_text(), "Switching a running server"), "sh")
+    assert first.count("/etc/homeserver/homeserver.toml") == 1
+    first = first.replace("/etc/homeserver/homeserver.toml", str(conf))
+    run(first, home, log)
+    assert (running / "homeserver.toml.before-ldap").read_text() == conf.read_text()
+    # The edit step 1 describes: the [backend] sections replaced by the recipe's, the rest kept.
+    text = conf.read_text()
+    conf.write_text(text[: text.index("[backend]")] + (folder / "homeserver.toml").read_text())
+    run(f"CONFIG={shlex.quote(str(conf))}\n{second}", home, log)
+    said = log.read_text()
+    assert "@alice:localhost: 1 session to carry over" in said, said
+    assert "@bob:localhost: not in the new user store" in said, said
+    assert "Carried 1 session of 1 user over to the new user store." in said, said
+
+    server = Server("--config", str(conf))
+    try:
+        status, me = call(server.port, WHOAMI, token=alice["access_token"])
+        assert (status, me.get("user_id")) == (200, "@alice:localhost"), me
+        assert call(server.port, WHOAMI, token=bob["access_token"])[0] == 401
+        assert call(server.port, PROFILE) == (200, {"displayname": "Alice (alice)"})
+        assert login(server.port, "alice", "wonderland")[0] == 200  # the directory's password now
+    finally:
+        server.stop()

@@ -111,3 +111,19 @@ def test_the_code_layout_table_names_every_module():
     modules = {p.name for p in (ROOT / "homeserver").glob("*.py") if p.name != "__init__.py"}
     modules |= {"base.py", "body.py"}  # handlers/: the shared parts (endpoint modules are per group)
     assert modules <= named, sorted(modules - named)
+
+
+def test_ci_runs_the_readmes_test_command_which_installs_what_is_missing():
+    """A fresh machine needs the README's one command: CI runs exactly it, and it installs the
+    services the tests start (scripts/install-test-services.sh --if-allowed) before anything."""
+    block = README.split("Run the whole test suite", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    command = block.strip()
+    assert command == "scripts/test.sh"
+    ci_lines = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line and not line.startswith("#")]
+    assert ci_lines[-1] == f"exec {command}"
+    assert not any("install-test-services" in line for line in ci_lines)  # the command does it
+    script = (ROOT / "scripts" / "test.sh").read_text()
+    steps = [line for line in script.splitlines() if line and not line.startswith("#")]
+    install = steps.index("scripts/install-test-services.sh --if-allowed")
+    assert install < next(i for i, line in enumerate(steps) if "-m venv" in line)  # python3-venv first
+    assert "Extra arguments go to pytest" in README and "--quick" in README

@@ -87,3 +87,23 @@ def test_an_unknown_child_is_ignored():
     w = Recorded(1)
     w.exited(4242, 1)
     assert w.spawned == [] and w.children == {1000: 0}
+
+
+def test_the_stop_lets_go_of_the_port_once():
+    """The parent closes its listening sockets when the stop begins (on_stop), once: the
+    draining workers alone hold the port, so a new server can bind it (kill; start)."""
+    closed = []
+    w = Recorded(2)
+    w.on_stop = lambda: closed.append(True)
+    w.on_signal(signal.SIGTERM, None)
+    w.on_signal(signal.SIGINT, None)
+    w.exited(1000, 0)
+    assert closed == [True] and w.signalled == [signal.SIGTERM, signal.SIGTERM]
+
+
+def test_a_crash_while_running_keeps_the_port():
+    closed = []
+    w = Recorded(2)
+    w.on_stop = lambda: closed.append(True)
+    w.exited(1001, -9)
+    assert closed == [] and w.spawned == [1]

@@ -6,7 +6,6 @@ import asyncio
 import gc
 import logging
 import os
-import signal
 import socket
 from collections.abc import Coroutine
 from typing import Any
@@ -26,8 +25,10 @@ from homeserver.delegation import load_delegation_settings
 from homeserver.errors import ConfigError
 from homeserver.logs import gather_writes
 from homeserver.process.drain import InFlight
+from homeserver.process.early_signals import EARLY, EarlySignals
 from homeserver.process.httpserver import Server
 from homeserver.process.listen import Listeners, bind_listeners
+from homeserver.process.signals import LoopSignals
 from homeserver.process.workers import EXIT_CONFIG, run_workers, watch_parent
 from homeserver.tokens import load_secret
 
@@ -58,24 +59,34 @@ def run_event_loop(main: Coroutine[Any, Any, None], choice: str = "auto") -> Non
 
 def run(config: Config) -> int:
     """Serve until stopped; with `[server] processes` > 1, as that many forked workers."""
+    # Stop and reload signals are noted (since run.py's first lines, or from here on when
+    # called otherwise), not left to whatever the process inherited, until an event loop
+    # takes them (homeserver.process.early_signals, signals).
+    early = EARLY
+    early.install()
     server_cfg = config.section("server")
     processes = server_cfg["processes"]
     # Warnings of files others may read wait until start-up succeeded: a failed one is one line.
     secret_file.hold_warnings()
     # A bad [delegation] section (a short secret, an unreadable secret file) is one line, before anything starts.
     load_delegation_settings(config)
+    if early.stop_requested:  # stopped while the program was loading: not even the port is taken
+        logger.info("shutting down: %s during start-up, nothing served", early.stop_name)
+        return 0
     # Bind first: a taken port or a bad host stops start-up with one line.
     listeners = bind_listeners(config)
     # With no base_url configured, the well-known and the support page name the port
     # actually listened on (--port, or port 0's pick), before any fork.
     config.follow_listener(listeners.main[0].getsockname()[1])
     if processes == 1:
-        run_event_loop(serve(config, listeners), server_cfg["event_loop"])
+        run_event_loop(serve(config, listeners, early), server_cfg["event_loop"])
         return 0
     # Load the users once here, before the secret and the fork, so a broken store fails
     # start-up cleanly as with one process. The probe's connections are closed before
     # the fork: each worker opens its own.
-    asyncio.run(probe_backend(config))
+    if not asyncio.run(probe_unless_stopped(config, early)):
+        listeners.close()
+        return 0
     log_listening(listeners.main, f"{processes} worker processes")
     # Make (or check) the signing secret once, so the workers do not race to create it.
     load_secret(config)
@@ -86,15 +97,31 @@ def run(config: Config) -> int:
     def worker(index: int) -> int:
         try:
             # Each worker makes its own loop after the fork.
-            run_event_loop(serve(config, listeners, worker=index, parent=parent), server_cfg["event_loop"])
+            run_event_loop(serve(config, listeners, early, worker=index, parent=parent), server_cfg["event_loop"])
         except ConfigError as exc:
             logger.error("worker %d: %s", index, exc)
             return EXIT_CONFIG
         return 0
 
-    code = run_workers(processes, worker)
+    # Once stopping, the parent lets go of the port: only the draining workers hold it, and
+    # each lets go as its drain starts, so a new server can bind it at once (kill; start).
+    code = run_workers(processes, worker, early, on_stop=listeners.close)
     logger.info("all workers stopped")
     return code
+
+
+async def probe_unless_stopped(config: Config, early: EarlySignals) -> bool:
+    """The parent's probe of the stores (probe_backend); False when a stop came first."""
+    loop = asyncio.get_running_loop()
+    signals = LoopSignals(early)
+    signals.install(loop)
+    try:
+        probed, _ = await signals.unless_stopped(probe_backend(config))
+    finally:
+        signals.uninstall(loop)
+    if not probed:
+        logger.info("shutting down: %s during start-up, nothing served", signals.signal_name)
+    return probed
 
 
 async def probe_backend(config: Config) -> None:
@@ -120,21 +147,57 @@ def log_listening(sockets: list[socket.socket], what: str) -> None:
     logger.info("listening on %s (%s)", ", ".join(addresses), what)
 
 
-async def serve(config: Config, listeners: Listeners, worker: int | None = None, parent: int | None = None) -> None:
-    """Start the backend (in this process: after any fork), listen, and stop cleanly on a signal.
-
-    A worker (`worker` its index) also stops when its `parent` process is gone.
-    """
-    # Load the users before anything else, so a broken store fails start-up cleanly.
+async def start_parts(config: Config) -> HomeServer:
+    """The user store and the session store started and the server's parts built; what was
+    opened is closed again when this fails or is cancelled (a stop during start-up)."""
+    # The users first, so a broken store fails start-up cleanly.
     backend = create_backend(config)
-    await backend.start()
-    session_store = create_session_store(config)
+    session_store = None
     try:
+        await backend.start()
+        session_store = create_session_store(config)
         await session_store.start()
+        return build_homeserver(config, backend, session_store)
     except BaseException:
+        if session_store is not None:
+            await session_store.close()
         await backend.close()
         raise
-    hs = build_homeserver(config, backend, session_store)
+
+
+async def serve(
+    config: Config, listeners: Listeners, early: EarlySignals, worker: int | None = None, parent: int | None = None
+) -> None:
+    """Start the stores (in this process: after any fork), listen, and stop cleanly on a signal.
+
+    The loop takes the signals before start-up begins: a SIGTERM during start-up ends it
+    there. A worker (`worker` its index) also stops when its `parent` process is gone.
+    """
+    loop = asyncio.get_running_loop()
+    signals = LoopSignals(early)
+    signals.install(loop)
+    # The log lines this loop writes go out together, once per turn (homeserver.logs).
+    gather_writes(loop)
+    orphan_watch = (
+        asyncio.ensure_future(watch_parent(parent, lambda: signals.request_stop("the parent gone")))
+        if parent is not None else None
+    )
+    try:
+        _, hs = await signals.unless_stopped(start_parts(config))
+        if hs is None:
+            logger.info("shutting down: %s during start-up, nothing served", signals.signal_name)
+            listeners.close()
+        else:
+            await serve_until_stopped(hs, listeners, signals, worker)
+    finally:
+        if orphan_watch is not None:
+            orphan_watch.cancel()
+        signals.uninstall(loop)
+        gather_writes(None)
+
+
+async def serve_until_stopped(hs: HomeServer, listeners: Listeners, signals: LoopSignals, worker: int | None) -> None:
+    config = hs.config
     sweeper = asyncio.ensure_future(
         hs.devices.sweep_forever(hs.users, config.get("sessions", "sweep_interval"))
     )
@@ -160,16 +223,16 @@ async def serve(config: Config, listeners: Listeners, worker: int | None = None,
         chunk_size=READ_CHUNK,
     )
     settle_gc()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    # The log lines this loop writes go out together, once per turn (homeserver.logs).
-    gather_writes(loop)
-    # The signals are handled before the server says it serves: a SIGHUP sent as soon as
-    # that line shows reloads.
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(reload_users(hs)))
-    orphan_watch = asyncio.ensure_future(watch_parent(parent, stop.set)) if parent is not None else None
+    # SIGHUP reloads from here on (once now if one came during start-up), before the server
+    # says it serves: a SIGHUP sent as soon as that line shows reloads.
+    reloads: set[asyncio.Task[None]] = set()
+
+    def reload() -> None:
+        task = asyncio.ensure_future(reload_users(hs))
+        reloads.add(task)
+        task.add_done_callback(reloads.discard)
+
+    signals.reloads_from_now(reload)
     if worker is None:
         log_listening(listeners.main, f"backend {hs.backend.name}")
     else:
@@ -177,18 +240,10 @@ async def serve(config: Config, listeners: Listeners, worker: int | None = None,
     server.add_sockets(listeners.main)
     metrics_server = start_metrics_server(hs, listeners.metrics.get(worker or 0))
     secret_file.release_warnings()
-    await stop.wait()
-    if orphan_watch is not None:
-        orphan_watch.cancel()
-    # A second SIGTERM/SIGINT (Ctrl-C again) cuts the drain short.
-    hurry = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, hurry.set)
+    await signals.stop.wait()
     sweeper.cancel()
-    try:
-        await shutdown(hs, server, hs.inflight, server_cfg["drain_timeout"], metrics_server, hurry)
-    finally:
-        gather_writes(None)
+    # A second SIGTERM/SIGINT (Ctrl-C again) cuts the drain short.
+    await shutdown(hs, server, hs.inflight, server_cfg["drain_timeout"], metrics_server, signals.hurry)
 
 
 # Container objects allocated (less those freed) between two young-generation collections;

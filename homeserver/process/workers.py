@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from typing import NoReturn
 
+from homeserver.process.early_signals import EARLY, EarlySignals
+
 logger = logging.getLogger(__name__)
 
 # A worker that exits with this code (sysexits' EX_CONFIG) failed its configuration:
@@ -26,10 +28,6 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 # prctl(2) option: the signal this process gets when its parent dies.
 PR_SET_PDEATHSIG = 1
-
-
-def _exit_cleanly(signum: int, frame: object) -> None:
-    raise SystemExit(0)
 
 
 def die_with_parent(parent: int) -> bool:
@@ -61,17 +59,24 @@ async def watch_parent(parent: int, on_gone: Callable[[], None], interval: float
     on_gone()
 
 
-def run_workers(count: int, target: Callable[[int], int]) -> int:
+def run_workers(
+    count: int, target: Callable[[int], int], early: EarlySignals = EARLY, on_stop: Callable[[], None] | None = None
+) -> int:
     """Fork `count` children running `target(index)`; return 0 when all stopped cleanly.
 
     Must be called before any thread or event loop exists in this process: children are
     plain forks. SIGTERM or SIGINT to this process is forwarded as SIGTERM so each worker
     drains its requests; SIGHUP is forwarded as is (reload the users file). A worker that
-    dies on its own is restarted, within limits.
+    dies on its own is restarted, within limits. `early` noted the signals until now: a
+    stop noted there starts no worker. `on_stop` runs once, when the stop begins.
     """
-    workers = Workers(target)
+    workers = Workers(target, early, on_stop)
     for sig in FORWARDED:
         signal.signal(sig, workers.on_signal)
+    if early.stop_requested:
+        logger.info("shutting down: %s during start-up, nothing served", early.stop_name)
+        workers.stop_all()
+        return 0
     for index in range(count):
         workers.spawn(index)
     while workers.children:
@@ -86,8 +91,12 @@ def run_workers(count: int, target: Callable[[int], int]) -> int:
 class Workers:
     """The parent's side: the children by pid, the restarts lately, whether it is stopping."""
 
-    def __init__(self, target: Callable[[int], int]) -> None:
+    def __init__(
+        self, target: Callable[[int], int], early: EarlySignals = EARLY, on_stop: Callable[[], None] | None = None
+    ) -> None:
         self.target = target
+        self.early = early
+        self.on_stop = on_stop
         self.parent = os.getpid()
         self.children: dict[int, int] = {}  # pid -> worker index
         self.stopping = False
@@ -101,7 +110,7 @@ class Workers:
         try:
             pid = os.fork()
             if pid == 0:
-                run_child(index, self.target, self.parent)
+                run_child(index, self.target, self.parent, self.early)
             self.children[pid] = index
             logger.info("started worker %d (pid %d)", index, pid)
         finally:
@@ -115,6 +124,8 @@ class Workers:
                 pass
 
     def stop_all(self) -> None:
+        if not self.stopping and self.on_stop is not None:
+            self.on_stop()
         self.stopping = True
         self.signal_all(signal.SIGTERM)
 
@@ -154,17 +165,15 @@ class Workers:
         self.spawn(index)
 
 
-def run_child(index: int, target: Callable[[int], int], parent: int) -> NoReturn:
+def run_child(index: int, target: Callable[[int], int], parent: int, early: EarlySignals) -> NoReturn:
     """In a freshly forked worker: run `target(index)`, then leave the process with its code."""
     code = 1
     try:
-        # Until the worker's event loop takes over the signals, SIGTERM just ends it:
-        # nothing is in flight yet, so that is a clean stop.
-        signal.signal(signal.SIGTERM, _exit_cleanly)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the worker handles it
+        # The signals stay blocked (spawn) until noted by the worker's own `early`, which
+        # its event loop takes over: a SIGTERM at any moment of its start-up stops it cleanly.
+        early.reset()
+        early.install()
         die_with_parent(parent)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
         if os.getppid() != parent:  # it died before prctl() took effect
             raise SystemExit(0)
         code = target(index)
