@@ -10,7 +10,6 @@ ends that one too, and a refresh finds it ended.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import logging
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from backends.base import User
 from backends.sessions.base import Session, SessionStore
 from backends.sessions.oauth import Grant, OAuthStore
+from homeserver import base64url
 from homeserver.credentials import Credentials
 from homeserver.oauth.authorization import AuthorizationRequest, parse_authorization
 from homeserver.oauth.clients import register
@@ -63,7 +63,7 @@ def same_text(given: str, kept: str) -> bool:
 
 
 def pkce_s256(verifier: str) -> str:
-    return base64.urlsafe_b64encode(hashlib.sha256(verifier.encode("ascii")).digest()).rstrip(b"=").decode("ascii")
+    return base64url.encode(hashlib.sha256(verifier.encode("ascii")).digest())
 
 
 class Buckets(Protocol):
