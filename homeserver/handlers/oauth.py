@@ -3,15 +3,11 @@ token introspection; and the OAuth discovery paths clients try, answered "not he
 
 from __future__ import annotations
 
-import urllib.parse
-
 from homeserver.delegation.introspection import inactive, introspect
 from homeserver.errors import M_MISSING_TOKEN, M_UNKNOWN_TOKEN, MatrixError, invalid_param, missing_param, unrecognized
 from homeserver.handlers.base import BaseHandler
-from homeserver.handlers.body import BodyHandler
+from homeserver.handlers.body import MAX_FORM_FIELDS, BodyHandler, FormError
 from homeserver.oauth.metadata import server_metadata
-
-MAX_FORM_FIELDS = 16
 
 
 class OpenIdConfigurationHandler(BaseHandler):
@@ -58,13 +54,11 @@ class IntrospectHandler(BodyHandler):
             message = "Introspection needs the secret shared with Synapse"
             raise MatrixError(401, errcode, message, headers={"WWW-Authenticate": "Bearer"})
         try:
-            form = urllib.parse.parse_qs(
-                self.body_bytes().decode("utf-8"), keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS
-            )
-        except UnicodeDecodeError:
-            self.write_json(inactive())  # no token of ours is anything but ASCII
-            return
-        except ValueError:
+            form = self.form()
+        except FormError as exc:
+            if exc.undecodable:
+                self.write_json(inactive())  # no token of ours is anything but ASCII
+                return
             raise invalid_param("body", f"a form of at most {MAX_FORM_FIELDS} fields") from None
         tokens = form.get("token")
         if not tokens or not tokens[0]:

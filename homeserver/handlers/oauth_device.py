@@ -33,7 +33,7 @@ class DeviceAuthorizationHandler(OAuthApiHandler):
     async def post(self) -> None:
         oauth = self.oauth()
         base = str(self.hs.config.get("server", "base_url")).rstrip("/")
-        self.answer(await DeviceFlow(oauth).authorize(self.form(), self.client_ip, base + VERIFICATION_PATH))
+        self.answer(await DeviceFlow(oauth).authorize(self.fields(), self.client_ip, base + VERIFICATION_PATH))
 
 
 class DevicePageHandler(PageHandler):
