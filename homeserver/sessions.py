@@ -97,6 +97,16 @@ class Sessions:
         if self.metrics is not None:
             self.metrics.observe_sessions_opened()
 
+    async def record(self, session: Session, display_name: str | None, *, counted: bool = True) -> None:
+        """Record a session made elsewhere (an OAuth grant's own session, whose digest is no
+        token's, or an access token's with its own lifetime); durable before the sign-in is
+        answered. Counted as a session opened unless `counted` is False (a further token of a
+        sign-in counted already). Its first use is written as any later one (the OAuth refresh
+        rule reads whether a token was used)."""
+        await self.store.open(session, display_name)
+        if counted and self.metrics is not None:
+            self.metrics.observe_sessions_opened()
+
     async def check(self, token: str, user: str, ip: str | None) -> Session:
         """Return the open session of a verified token; 401 M_UNKNOWN_TOKEN when there is none.
 

@@ -24,6 +24,31 @@ REFRESHED, RACED, ENDED = "refreshed", "raced", "ended"
 
 
 @dataclass(frozen=True, slots=True)
+class CodeRecord:
+    """What an authorization code stands for: the person's sign-in (their user, the credential
+    fingerprints it was made with) for a client, a device and a scope, and what the exchange
+    must be sent again (the redirect URI, the PKCE challenge)."""
+
+    client_id: str
+    client_name: str  # as shown on the sign-in page: the device's display name
+    redirect_uri: str
+    code_challenge: str  # S256
+    user: str
+    device_id: str
+    scope: str  # as granted, in the spelling the client asked
+    identity_fp: str
+    password_fp: str
+    created_ts: int  # ms
+
+    def encode(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, text: str | bytes) -> CodeRecord:
+        return cls(**json.loads(text))
+
+
+@dataclass(frozen=True, slots=True)
 class Grant:
     """One device's OAuth session: its current refresh token, the one before it (valid until
     the newer tokens are used), and the newest access token."""
@@ -64,11 +89,11 @@ class OAuthStore(abc.ABC):
         """Keep the client `idle` seconds from now (it was used)."""
 
     @abc.abstractmethod
-    async def add_code(self, code_hash: str, record: dict[str, Any], ttl: float) -> None:
+    async def add_code(self, code_hash: str, record: CodeRecord, ttl: float) -> None:
         """Keep an authorization code's record for `ttl` seconds."""
 
     @abc.abstractmethod
-    async def take_code(self, code_hash: str) -> tuple[dict[str, Any], int] | None:
+    async def take_code(self, code_hash: str) -> tuple[CodeRecord, int] | None:
         """The code's record and how many times it was taken, this time included (atomic:
         of two takes at once, exactly one sees 1); None when unknown or expired."""
 

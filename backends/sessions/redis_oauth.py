@@ -22,7 +22,7 @@ from typing import Any
 
 from backends.redis_connect import text
 from backends.sessions.base import Session
-from backends.sessions.oauth import ENDED, RACED, REFRESHED, RETIRED_REFRESH_TTL, Grant, OAuthStore
+from backends.sessions.oauth import ENDED, RACED, REFRESHED, RETIRED_REFRESH_TTL, CodeRecord, Grant, OAuthStore
 from backends.sessions.redis import RedisSessionStore
 from backends.sessions.redis_oauth_device import RedisDeviceCodes
 
@@ -88,14 +88,14 @@ class RedisOAuthStore(RedisDeviceCodes, OAuthStore):
 
     # -- codes ----------------------------------------------------------------------
 
-    async def add_code(self, code_hash: str, record: dict[str, Any], ttl: float) -> None:
-        await self._script(ADD_CODE, [f"{self.prefix}code:{code_hash}"], [json.dumps(record), _ms(ttl)])
+    async def add_code(self, code_hash: str, record: CodeRecord, ttl: float) -> None:
+        await self._script(ADD_CODE, [f"{self.prefix}code:{code_hash}"], [record.encode(), _ms(ttl)])
 
-    async def take_code(self, code_hash: str) -> tuple[dict[str, Any], int] | None:
+    async def take_code(self, code_hash: str) -> tuple[CodeRecord, int] | None:
         found = await self._script(TAKE_CODE, [f"{self.prefix}code:{code_hash}"], [])
         if not found:
             return None
-        return json.loads(found[0]), int(found[1])
+        return CodeRecord.decode(found[0]), int(found[1])
 
     async def give_back_code(self, code_hash: str, uses: int) -> None:
         await self._script(GIVE_BACK_CODE, [f"{self.prefix}code:{code_hash}"], [str(uses)])

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from backends.sessions.base import Session
-from backends.sessions.oauth import ENDED, RACED, REFRESHED, RETIRED_REFRESH_TTL, Grant, OAuthStore
+from backends.sessions.oauth import ENDED, RACED, REFRESHED, RETIRED_REFRESH_TTL, CodeRecord, Grant, OAuthStore
 from backends.sessions.sqlite import SqliteSessionStore
 from backends.sessions.sqlite_oauth_device import SqliteDeviceCodes
 
@@ -154,22 +154,22 @@ class SqliteOAuthStore(SqliteDeviceCodes, OAuthStore):
 
     # -- codes ----------------------------------------------------------------------
 
-    async def add_code(self, code_hash: str, record: dict[str, Any], ttl: float) -> None:
+    async def add_code(self, code_hash: str, record: CodeRecord, ttl: float) -> None:
         def work(conn: sqlite3.Connection) -> None:
             conn.execute(
                 "INSERT INTO oauth_codes (code_hash, record, expires_ts) VALUES (?, ?, ?)",
-                (code_hash, json.dumps(record), _ms(ttl)),
+                (code_hash, record.encode(), _ms(ttl)),
             )
 
         await self._run(work)
 
-    async def take_code(self, code_hash: str) -> tuple[dict[str, Any], int] | None:
-        def work(conn: sqlite3.Connection) -> tuple[dict[str, Any], int] | None:
+    async def take_code(self, code_hash: str) -> tuple[CodeRecord, int] | None:
+        def work(conn: sqlite3.Connection) -> tuple[CodeRecord, int] | None:
             row = conn.execute(
                 "UPDATE oauth_codes SET uses = uses + 1 WHERE code_hash = ? AND expires_ts >= ? RETURNING record, uses",
                 (code_hash, _ms()),
             ).fetchone()
-            return (json.loads(row[0]), int(row[1])) if row else None
+            return (CodeRecord.decode(row[0]), int(row[1])) if row else None
 
         return await self._run(work)
 

@@ -14,7 +14,6 @@ from homeserver.handlers.body import BodyHandler, FormError
 from homeserver.jsonio import decode_json_object, encode_json
 from homeserver.oauth import OAuth
 from homeserver.oauth.errors import INVALID_REQUEST, SERVER_ERROR, TEMPORARILY_UNAVAILABLE, OAuthError
-from homeserver.oauth.grants import TokenEndpoint
 from homeserver.oauth.metadata import REGISTRATION_PATH, REVOCATION_PATH, TOKEN_PATH
 
 logger = logging.getLogger(__name__)
@@ -82,23 +81,21 @@ class RegistrationHandler(OAuthApiHandler):
             if exc.status >= 500 or exc.errcode == M_TOO_LARGE:
                 raise
             raise OAuthError("invalid_client_metadata", "the body must be a JSON object") from None
-        self.answer(await oauth.register(body, self.client_ip), 201)
+        self.answer(await oauth.registration.register(body, self.client_ip), 201)
 
 
 class TokenHandler(OAuthApiHandler):
     """POST: the authorization code and refresh token grants."""
 
     async def post(self) -> None:
-        oauth = self.oauth()
-        self.answer(await TokenEndpoint(oauth).token(self.fields(), self.client_ip))
+        self.answer(await self.oauth().token.answer(self.fields(), self.client_ip))
 
 
 class RevocationHandler(OAuthApiHandler):
     """POST: revoke either token of a session (200 whatever the token was)."""
 
     async def post(self) -> None:
-        oauth = self.oauth()
-        await TokenEndpoint(oauth).revoke(self.fields())
+        await self.oauth().revocation.revoke(self.fields())
         self.answer({})
 
 

@@ -33,7 +33,7 @@ class DeviceAuthorizationHandler(OAuthApiHandler):
     async def post(self) -> None:
         oauth = self.oauth()
         base = str(self.hs.config.get("server", "base_url")).rstrip("/")
-        self.answer(await DeviceFlow(oauth).authorize(self.fields(), self.client_ip, base + VERIFICATION_PATH))
+        self.answer(await oauth.device.authorize(self.fields(), self.client_ip, base + VERIFICATION_PATH))
 
 
 class DevicePageHandler(PageHandler):
@@ -43,7 +43,7 @@ class DevicePageHandler(PageHandler):
         oauth: OAuth | None = self.hs.oauth
         if oauth is None:
             raise HTTPError(404)
-        return DeviceFlow(oauth)
+        return oauth.device
 
     def show(self, step: str, status: int = 200, **values: Any) -> None:
         values.setdefault("user_code", "")

@@ -20,7 +20,7 @@ from tornado.web import HTTPError
 from homeserver.errors import PageError
 from homeserver.handlers.page_base import PageHandler
 from homeserver.oauth import OAuth
-from homeserver.oauth.authorization import AuthorizationRequest, RedirectError, single
+from homeserver.oauth.authorize import AuthorizationRequest, RedirectError, single
 from homeserver.oauth.errors import ACCESS_DENIED, OAuthError
 from homeserver.oauth.metadata import AUTHORIZATION_PATH
 
@@ -42,7 +42,7 @@ class AuthorizeHandler(PageHandler):
         """The request, or None when an answer (error page or redirect) was already sent."""
         values = single({name: [v.decode("utf-8", "replace") for v in found] for name, found in params.items()})
         try:
-            return await self.oauth().authorization_request(values)
+            return await self.oauth().authorization.request(values)
         except PageError as exc:
             self.render_page("oauth_error.html", problem=exc, message=exc.message, title="Cannot sign in")
         except RedirectError as exc:
@@ -94,7 +94,7 @@ class AuthorizeHandler(PageHandler):
             self.show(request, 401 if op == "confirm" else 400, error="Sign in to continue.")
             return
         assert user is not None
-        target = await self.oauth().issue_code(request, user)
+        target = await self.oauth().authorization.issue_code(request, user)
         logger.info("oauth: %s authorized client %s, device %s", user.name, request.client_id, request.scope.device_id)
         self.redirect(target, status=303)
 

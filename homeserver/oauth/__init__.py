@@ -32,7 +32,8 @@ def build_oauth(
     tokens: TokenIssuer,
     delegation: Delegation | None,
 ) -> OAuth | None:
-    """The OAuth service when `[oauth] enabled`; None otherwise."""
+    """The OAuth service when `[oauth] enabled`; None otherwise. Its sessions are opened and
+    ended through the devices' Sessions service (`devices.sessions`, on `store`)."""
     section = config.section("oauth")
     if not section["enabled"]:
         return None
@@ -42,7 +43,6 @@ def build_oauth(
             device_code_lifetime=section["device_code_lifetime"],
         ),
         create_oauth_store(store),
-        sessions=store,
         buckets=buckets_of(store),
         users=users,
         devices=devices,

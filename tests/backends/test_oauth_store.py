@@ -9,7 +9,7 @@ import pytest
 
 from backends.base import StoreUnavailable
 from backends.sessions import Session, create_session_store
-from backends.sessions.oauth import Grant
+from backends.sessions.oauth import CodeRecord, Grant
 from backends.sessions.oauth_stores import create_oauth_store
 from tests.backends.test_session_store import store_options
 
@@ -36,6 +36,13 @@ def sqlite_store(request, tmp_path, io_loop):
     io_loop.run_sync(sessions.close)
 
 
+def code(user: str = "alice") -> CodeRecord:
+    return CodeRecord(
+        client_id="c1", client_name="App", redirect_uri="http://127.0.0.1/cb", code_challenge="x" * 43, user=user,
+        device_id="D1", scope="s", identity_fp="i", password_fp="p", created_ts=1,
+    )
+
+
 def grant(refresh: str = "r1", previous: str = "", grant_id: str = "g1", device: str = "D1", **kw) -> Grant:
     values = dict(
         grant_id=grant_id, user="alice", device_id=device, client_id="c1", scope="s", refresh_hash=refresh,
@@ -57,17 +64,17 @@ async def test_clients_are_kept_and_expire_idle(oauth_store):
 
 
 async def test_a_code_is_taken_once_and_counted_after(oauth_store):
-    await oauth_store.add_code("h", {"user": "alice"}, 60)
-    assert await oauth_store.take_code("h") == ({"user": "alice"}, 1)
-    assert await oauth_store.take_code("h") == ({"user": "alice"}, 2)
+    await oauth_store.add_code("h", code("alice"), 60)
+    assert await oauth_store.take_code("h") == (code("alice"), 1)
+    assert await oauth_store.take_code("h") == (code("alice"), 2)
     assert await oauth_store.take_code("unknown") is None
-    await oauth_store.add_code("gone", {}, 0.05)
+    await oauth_store.add_code("gone", code(), 0.05)
     await asyncio.sleep(0.15)
     assert await oauth_store.take_code("gone") is None
 
 
 async def test_concurrent_takes_see_one_first_use(oauth_store):
-    await oauth_store.add_code("race", {"n": 1}, 60)
+    await oauth_store.add_code("race", code(), 60)
     results = await asyncio.gather(*(oauth_store.take_code("race") for _ in range(5)))
     assert sorted(uses for _, uses in results) == [1, 2, 3, 4, 5]
 
@@ -198,7 +205,7 @@ async def test_a_rotation_caps_only_the_tokens_it_retires(sqlite_store):
 async def test_a_take_is_given_back_only_while_no_other_came(oauth_store):
     # The tokens of a code could not be made for a while (503): the code stands for a retry,
     # unless another use took it meanwhile (then it stays spent).
-    await oauth_store.add_code("back", {"user": "alice"}, 60)
+    await oauth_store.add_code("back", code("alice"), 60)
     assert (await oauth_store.take_code("back"))[1] == 1
     await oauth_store.give_back_code("back", 1)
     assert (await oauth_store.take_code("back"))[1] == 1

@@ -198,3 +198,15 @@ async def test_revoking_the_access_token_ends_the_session(client, fetch):
     assert assert_json(await client.revoke("never-issued")) == {}  # unknown: 200
     resp = await client.revoke("")
     assert resp.status == 400 and resp.json["error"] == "invalid_request"
+
+
+class TestMetrics:
+    @pytest.fixture
+    def config_overrides(self):
+        return {"oauth": {"enabled": True}, "metrics": {"enabled": True}}
+
+    async def test_a_sign_in_is_one_session_opened_and_a_refresh_none(self, client, hs):
+        tokens = await client.login("METRICS001")
+        assert_json(await client.refresh(tokens["refresh_token"]))
+        text, _ = hs.metrics.render(None)
+        assert "homeserver_sessions_opened_total 1.0" in text.decode()

@@ -149,13 +149,13 @@ async def test_a_sign_in_made_before_a_secret_rotation_is_exchanged(client, hs):
     from homeserver.credentials import Credentials
 
     code, _ = await client.code()
-    old = hs.oauth.credentials
-    hs.oauth.credentials = Credentials("a rotated secret", [hs.tokens.secret])
+    old = hs.oauth.grants.credentials
+    hs.oauth.grants.credentials = Credentials("a rotated secret", [hs.tokens.secret])
     try:
         tokens = assert_json(await client.exchange(code))
         assert_json(await client.refresh(tokens["refresh_token"]))
     finally:
-        hs.oauth.credentials = old
+        hs.oauth.grants.credentials = old
 
 
 async def test_a_password_changed_between_sign_in_and_exchange_is_invalid_grant(client, backend, users_path):

@@ -1,6 +1,7 @@
-"""The authorization endpoint's request (RFC 6749 4.1.1, RFC 7636, the Matrix rules) and its
+"""The authorization endpoint: its request (RFC 6749 4.1.1, RFC 7636, the Matrix rules), its
 answers on the redirect (RFC 6749 4.1.2, 4.1.2.1; OAuth 2.0 Multiple Response Types for
-`response_mode`).
+`response_mode`), and the code a signed-in person's consent makes. The page is
+homeserver.handlers.oauth_page.
 
 A request that names no known client, or a redirect URI the client did not register, is
 never redirected (RFC 6749 4.1.2.1: the person sees an error page); every other mistake is
@@ -14,10 +15,15 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
+from backends.base import User
+from backends.sessions.oauth import CodeRecord, OAuthStore
+from homeserver.credentials import Credentials
 from homeserver.errors import PageError
 from homeserver.oauth.clients import display_name, redirect_matches
+from homeserver.oauth.common import CLIENT_IDLE, CODE_LIFETIME, new_token, now_ms
 from homeserver.oauth.errors import INVALID_REQUEST, LOGIN_REQUIRED, UNSUPPORTED_RESPONSE_TYPE, OAuthError
 from homeserver.oauth.scopes import Scope, parse_scope
+from homeserver.sessions import token_digest
 
 # The parameters the sign-in form carries back (hidden), as the client sent them.
 PARAMS = (
@@ -155,3 +161,32 @@ def parse_authorization(params: dict[str, str], client: dict[str, Any] | None) -
         raise RedirectError(redirect, exc) from None
     kept = {name: params[name] for name in PARAMS if name in params}
     return AuthorizationRequest(client, redirect, scope, challenge, kept)
+
+
+class Authorization:
+    """GET and POST /account/authorize, without the page: the request checked, the code made."""
+
+    def __init__(self, store: OAuthStore, credentials: Credentials) -> None:
+        self.store = store
+        self.credentials = credentials
+
+    async def request(self, params: dict[str, str]) -> AuthorizationRequest:
+        """The checked request (PageError or RedirectError otherwise)."""
+        client_id = params.get("client_id")
+        client = await self.store.client(client_id) if client_id and len(client_id) <= 64 else None
+        return parse_authorization(params, client)
+
+    async def issue_code(self, request: AuthorizationRequest, user: User) -> str:
+        """A code for the signed-in person (the sign-in was audited by the login service); the URL
+        the browser goes to with it."""
+        code = new_token("")
+        fingerprint = self.credentials.of(user)
+        record = CodeRecord(
+            client_id=request.client_id, client_name=request.client_name,
+            redirect_uri=request.redirect.redirect_uri, code_challenge=request.code_challenge,
+            user=user.name, device_id=request.scope.device_id, scope=request.scope.granted,
+            identity_fp=fingerprint.identity, password_fp=fingerprint.password, created_ts=now_ms(),
+        )
+        await self.store.add_code(token_digest(code), record, CODE_LIFETIME)
+        await self.store.touch_client(request.client_id, CLIENT_IDLE)
+        return request.redirect.url({"code": code})
