@@ -4,10 +4,14 @@ redirect URI is one of its own (exactly, or for an http loopback URI on any port
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+# An http loopback redirect URI as a browser is sent to it: the scheme and host in lower case,
+# a port of 1-65535 without a leading zero (or none), then a path and query with no fragment.
+LOOPBACK_URI = re.compile(r"http://(localhost|127\.0\.0\.1|\[::1\])(?::([1-9][0-9]{0,4}))?(/[^#]*)?")
 
 
 def loopback_host(netloc: str) -> str | None:
@@ -22,28 +26,24 @@ def host_of(parts: SplitResult) -> str:
     return (parts.hostname or "").lower()
 
 
+def _loopback(uri: str) -> tuple[str, str] | None:
+    """An http loopback URI's host and what follows its port (path and query), or None for any
+    other URI (or one with a fragment mark, an upper-case scheme or host, a port out of 1-65535
+    or written with a leading zero)."""
+    found = LOOPBACK_URI.fullmatch(uri)
+    if found is None or (found[2] is not None and int(found[2]) > 65535):
+        return None
+    return found[1], found[3] or ""
+
+
 def redirect_matches(registered: list[str], given: str) -> bool:
     """Whether `given` is one of the client's redirect URIs: exactly, or for an http loopback URI
-    with any port (RFC 8252 7.3)."""
+    exactly but for its port, which may be any (RFC 8252 7.3; RFC 9700 4.1.3: exact string
+    matching). No trailing `?` or `#`, no other spelling of the scheme or the host, no port 0."""
     if given in registered:
         return True
-    try:
-        parts = urlsplit(given)
-        port = parts.port
-    except ValueError:
-        return False
-    if parts.scheme != "http" or port is None or parts.hostname is None:
-        return False
-    host = loopback_host(parts.netloc)
-    if host is None:
-        return False
-    without_port = parts._replace(netloc=host).geturl()
-    for uri in registered:
-        mine = urlsplit(uri)
-        if mine.scheme == "http" and loopback_host(mine.netloc) == host:
-            if mine._replace(netloc=host).geturl() == without_port:
-                return True
-    return False
+    mine = _loopback(given)
+    return mine is not None and any(_loopback(uri) == mine for uri in registered)
 
 
 def display_name(metadata: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from homeserver.oauth.clients import redirect_matches
 from tests.helpers import assert_json
 from tests.oauth.test_refusals import oauth_error
 
@@ -70,3 +71,49 @@ async def test_a_client_name_with_control_characters_is_refused(client, name):
     # The name is logged at registration and becomes the device's display name: a line break in
     # it would forge log lines (the audit trail's among them).
     oauth_error(await client.register(client_name=name), "invalid_client_metadata")
+
+
+# -- issue 34, finding 9: a loopback redirect matches exactly but for its port ---------------------
+
+REGISTERED = ["http://127.0.0.1/callback", "http://[::1]:8080/cb?x=1", "http://localhost/cb"]
+
+
+@pytest.mark.parametrize(
+    "given",
+    ["http://127.0.0.1/callback", "http://127.0.0.1:53123/callback", "http://127.0.0.1:65535/callback",
+     "http://[::1]/cb?x=1", "http://[::1]:1/cb?x=1", "http://localhost:4000/cb"],
+)
+def test_a_loopback_redirect_takes_any_port(given):
+    assert redirect_matches(REGISTERED, given)
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        "http://127.0.0.1:53123/callback#",  # the code would land after the fragment mark
+        "http://127.0.0.1:53123/callback?",
+        "http://127.0.0.1/callback#",
+        "http://127.0.0.1/callback?",
+        "HTTP://127.0.0.1:53123/callback",
+        "Http://127.0.0.1/callback",
+        "http://127.0.0.1:0/callback",
+        "http://127.0.0.1:053123/callback",
+        "http://127.0.0.1:65536/callback",
+        "http://127.0.0.1:/callback",
+        "http://127.0.0.1:53123/Callback",
+        "http://127.0.0.1:53123/callback/",
+        "http://localhost:53123/callback",  # another loopback host than registered
+        "http://LOCALHOST:4000/cb",
+        "http://[::1]:8080/cb?x=1&y=2",
+        "http://user@127.0.0.1:5/callback",
+    ],
+)
+def test_anything_else_about_a_loopback_redirect_is_exact(given):
+    assert not redirect_matches(REGISTERED, given)
+
+
+async def test_a_loopback_redirect_that_is_not_exact_is_an_error_page(client):
+    params = await client.params()
+    for given in ("http://127.0.0.1:53123/callback#", "HTTP://127.0.0.1:53123/callback", "http://127.0.0.1:0/callback"):
+        resp = await client.authorize_page({**params, "redirect_uri": given})
+        assert resp.status == 400 and "Location" not in resp.headers, (given, resp)
