@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from backends.sessions import buckets_of
 from backends.sessions.oauth_stores import create_oauth_store
 from homeserver.config import Config
+from homeserver.oauth.metadata import issuer_of
 from homeserver.oauth.service import OAuth, OAuthSettings
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ def build_oauth(
         OAuthSettings(
             access_token_lifetime=section["access_token_lifetime"],
             device_code_lifetime=section["device_code_lifetime"],
+            issuer=issuer_of(config.get("server", "base_url")),
         ),
         create_oauth_store(store),
         buckets=buckets_of(store),

@@ -41,12 +41,14 @@ class Redirect:
     redirect_uri: str
     response_mode: str  # query or fragment
     state: str | None
+    issuer: str  # RFC 9207: named in every answer, so a client of several servers knows which one answered
 
     def url(self, values: dict[str, str]) -> str:
-        """The redirect URI with `values` (and `state`) in its query or fragment."""
+        """The redirect URI with `values` (and `state`, `iss`) in its query or fragment."""
         pairs = dict(values)
         if self.state is not None:
             pairs["state"] = self.state
+        pairs["iss"] = self.issuer
         encoded = urlencode(pairs)
         if self.response_mode == "fragment":
             return f"{self.redirect_uri}#{encoded}"
@@ -111,7 +113,7 @@ def single(params: dict[str, list[str]]) -> dict[str, str]:
     return found
 
 
-def check_client_and_redirect(params: dict[str, str], client: dict[str, Any] | None) -> Redirect:
+def check_client_and_redirect(params: dict[str, str], client: dict[str, Any] | None, issuer: str) -> Redirect:
     """The client and its redirect URI, or a PageError (no redirect)."""
     if not params.get("client_id"):
         raise PageError(400, "The application did not say who it is (no client_id).")
@@ -126,14 +128,14 @@ def check_client_and_redirect(params: dict[str, str], client: dict[str, Any] | N
     state = params.get("state")
     if mode not in ("query", "fragment"):
         error = OAuthError(INVALID_REQUEST, "response_mode must be query or fragment")
-        raise RedirectError(Redirect(redirect_uri, "query", state), error)
-    return Redirect(redirect_uri, mode, state)
+        raise RedirectError(Redirect(redirect_uri, "query", state, issuer), error)
+    return Redirect(redirect_uri, mode, state, issuer)
 
 
-def parse_authorization(params: dict[str, str], client: dict[str, Any] | None) -> AuthorizationRequest:
+def parse_authorization(params: dict[str, str], client: dict[str, Any] | None, issuer: str) -> AuthorizationRequest:
     """The checked request: PageError (no client, a redirect URI not registered) or
     RedirectError (everything else, on the client's redirect URI)."""
-    redirect = check_client_and_redirect(params, client)
+    redirect = check_client_and_redirect(params, client, issuer)
     assert client is not None
 
     def refuse(error: str, description: str) -> RedirectError:
@@ -166,15 +168,16 @@ def parse_authorization(params: dict[str, str], client: dict[str, Any] | None) -
 class Authorization:
     """GET and POST /account/authorize, without the page: the request checked, the code made."""
 
-    def __init__(self, store: OAuthStore, credentials: Credentials) -> None:
+    def __init__(self, store: OAuthStore, credentials: Credentials, issuer: str) -> None:
         self.store = store
         self.credentials = credentials
+        self.issuer = issuer
 
     async def request(self, params: dict[str, str]) -> AuthorizationRequest:
         """The checked request (PageError or RedirectError otherwise)."""
         client_id = params.get("client_id")
         client = await self.store.client(client_id) if client_id and len(client_id) <= 64 else None
-        return parse_authorization(params, client)
+        return parse_authorization(params, client, self.issuer)
 
     async def issue_code(self, request: AuthorizationRequest, user: User) -> str:
         """A code for the signed-in person (the sign-in was audited by the login service); the URL

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 class OAuthSettings:
     access_token_lifetime: int
     device_code_lifetime: int = 900  # seconds a device authorization's codes live (RFC 8628)
+    issuer: str = "http://127.0.0.1:8008/"  # the metadata's `issuer` (homeserver.oauth.metadata.issuer_of)
 
 
 class OAuth:
@@ -69,7 +70,7 @@ class OAuth:
             tokens=issuer, delegation=delegation,
         )
         self.registration = Registration(store, limits)
-        self.authorization = Authorization(store, credentials)
+        self.authorization = Authorization(store, credentials, settings.issuer)
         self.device = DeviceFlow(store, self.grants, limits, settings.device_code_lifetime)
         self.token = TokenEndpoint(store, self.grants, self.device)
         self.revocation = Revocation(store, self.grants)

@@ -165,6 +165,7 @@ async def test_cancel_is_access_denied_on_the_redirect(client):
     assert resp.status == 303
     assert redirect_values(resp.headers["Location"]) == {
         "error": "access_denied", "error_description": "the person did not allow it", "state": params["state"],
+        "iss": client.metadata["issuer"],
     }
 
 
@@ -210,3 +211,17 @@ class TestMetrics:
         assert_json(await client.refresh(tokens["refresh_token"]))
         text, _ = hs.metrics.render(None)
         assert "homeserver_sessions_opened_total 1.0" in text.decode()
+
+
+async def test_the_authorization_response_names_its_issuer(client, fetch):
+    # RFC 9207 (issue 34, finding 10): a client holding accounts on several servers knows which
+    # one answered; the metadata says so at every path.
+    metadata = await client.discover()
+    assert metadata["authorization_response_iss_parameter_supported"] is True
+    for path in ("/.well-known/openid-configuration", "/.well-known/oauth-authorization-server",
+                 "/_matrix/client/unstable/org.matrix.msc2965/auth_metadata"):
+        assert assert_json(await fetch(path))["authorization_response_iss_parameter_supported"] is True
+    for mode in ("query", "fragment"):
+        params = await client.params(response_mode=mode)
+        values = redirect_values((await client.sign_in(params)).headers["Location"])
+        assert values["iss"] == metadata["issuer"] and values["state"] == params["state"] and values["code"]
