@@ -1,12 +1,19 @@
 """The authorization endpoint and its sign-in page (under /account/, so the account page's
 cookie and XSRF cookie reach it): HTML for people, no JavaScript.
 
-GET checks the request: no known client or a redirect URI it did not register is an error
-page, never a redirect; other mistakes go back to the client. Then the page shows the
-client's name and where it will send the person, and asks for the name and password, or,
-for a person signed in on the account page, only for a confirmation. POST (XSRF checked)
-signs in through the same login service as the API (names, e-mail addresses, the limits,
-the lock, the audit line), then sends the browser to the client with the code.
+GET checks the request. The browser is sent to the client only with a code, after the
+person signed in (or, signed in already, confirmed) on a page that showed where it goes:
+anyone may register a client whose redirect is their own site (RFC 9700 4.11.2). Every
+other outcome is a page of ours: no known client or a redirect URI it did not register, a
+request this server does not answer (a bad scope, no PKCE, `prompt=none`), "Cancel". Once
+the person is signed in, that page offers a link back to the client with the error, its
+address shown, for the person to follow or not.
+
+The sign-in page shows the client's name and where it will send the person, and asks for
+the name and password, or, for a person signed in on the account page, only for a
+confirmation. POST (XSRF checked) signs in through the same login service as the API
+(names, e-mail addresses, the limits, the lock, the audit line), then sends the browser to
+the client with the code.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from tornado.web import HTTPError
 from homeserver.errors import PageError
 from homeserver.handlers.page_base import PageHandler
 from homeserver.oauth import OAuth
-from homeserver.oauth.authorize import AuthorizationRequest, RedirectError, single
+from homeserver.oauth.authorize import AuthorizationRequest, Redirect, RedirectError, single
 from homeserver.oauth.errors import ACCESS_DENIED, OAuthError
 from homeserver.oauth.metadata import AUTHORIZATION_PATH
 
@@ -44,11 +51,27 @@ class AuthorizeHandler(PageHandler):
         try:
             return await self.oauth().authorization.request(values)
         except PageError as exc:
-            self.render_page("oauth_error.html", problem=exc, message=exc.message, title="Cannot sign in")
+            self.render_page(
+                "oauth_error.html", problem=exc, message=exc.message, title="Cannot sign in",
+                cancelled=False, back_url=None,
+            )
         except RedirectError as exc:
-            logger.info("oauth: authorization refused on the redirect: %s", exc.error)
-            self.redirect(exc.url, status=303)
+            logger.info("oauth: authorization refused: %s", exc.error)
+            message = f"{exc.client_name} sent a request this server does not answer: {exc.error.description}."
+            self.answer_without_redirect(exc.redirect, exc.error, exc.client_name, PageError(400, message))
         return None
+
+    def answer_without_redirect(
+        self, redirect: Redirect, error: OAuthError, client_name: str, problem: PageError | None = None
+    ) -> None:
+        """The page of a request refused (`problem`) or cancelled: never a redirect to the client;
+        for a person signed in, a link back to it with the error."""
+        self.render_page(
+            "oauth_error.html", 200, problem=problem, message=problem.message if problem else "",
+            cancelled=problem is None, client_name=client_name, redirect_uri=redirect.redirect_uri,
+            back_url=redirect.error(error) if self.user is not None else None,
+            title="Cannot sign in" if problem else "Cancelled",
+        )
 
     def show(self, request: AuthorizationRequest, status: int = 200, **values: Any) -> None:
         # The form may be redirected to the client (CSP form-action covers redirects).
@@ -80,7 +103,8 @@ class AuthorizeHandler(PageHandler):
             return
         op = self.get_body_argument("op", "")
         if op == "deny":
-            self.redirect(request.redirect.error(OAuthError(ACCESS_DENIED, "the person did not allow it")), status=303)
+            denied = OAuthError(ACCESS_DENIED, "the person did not allow it")
+            self.answer_without_redirect(request.redirect, denied, request.client_name)
             return
         user = self.user
         if op == "sign_in":

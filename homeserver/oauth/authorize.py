@@ -4,8 +4,9 @@ answers on the redirect (RFC 6749 4.1.2, 4.1.2.1; OAuth 2.0 Multiple Response Ty
 homeserver.handlers.oauth_page.
 
 A request that names no known client, or a redirect URI the client did not register, is
-never redirected (RFC 6749 4.1.2.1: the person sees an error page); every other mistake is
-sent back to the client on its redirect URI, with its `state`.
+never redirected (RFC 6749 4.1.2.1: the person sees an error page, PageError). Every other
+mistake is an error for the client's redirect URI, with its `state` (RedirectError): shown on
+a page too, with a link back for a person signed in (RFC 9700 4.11.2; the page handler).
 """
 
 from __future__ import annotations
@@ -67,16 +68,13 @@ class Redirect:
 
 
 class RedirectError(Exception):
-    """An error sent back to the client on its redirect URI."""
+    """An error for the client's redirect URI (on a page of ours: homeserver.handlers.oauth_page)."""
 
-    def __init__(self, redirect: Redirect, error: OAuthError) -> None:
+    def __init__(self, redirect: Redirect, error: OAuthError, client_name: str = "The application") -> None:
         super().__init__(str(error))
         self.redirect = redirect
         self.error = error
-
-    @property
-    def url(self) -> str:
-        return self.redirect.error(self.error)
+        self.client_name = client_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +126,7 @@ def check_client_and_redirect(params: dict[str, str], client: dict[str, Any] | N
     state = params.get("state")
     if mode not in ("query", "fragment"):
         error = OAuthError(INVALID_REQUEST, "response_mode must be query or fragment")
-        raise RedirectError(Redirect(redirect_uri, "query", state, issuer), error)
+        raise RedirectError(Redirect(redirect_uri, "query", state, issuer), error, display_name(client))
     return Redirect(redirect_uri, mode, state, issuer)
 
 
@@ -139,7 +137,7 @@ def parse_authorization(params: dict[str, str], client: dict[str, Any] | None, i
     assert client is not None
 
     def refuse(error: str, description: str) -> RedirectError:
-        return RedirectError(redirect, OAuthError(error, description))
+        return RedirectError(redirect, OAuthError(error, description), display_name(client))
 
     if "_repeated" in params:
         raise refuse(INVALID_REQUEST, f"{params['_repeated']} given more than once")
@@ -160,7 +158,7 @@ def parse_authorization(params: dict[str, str], client: dict[str, Any] | None, i
     try:
         scope = parse_scope(params.get("scope"))
     except OAuthError as exc:
-        raise RedirectError(redirect, exc) from None
+        raise RedirectError(redirect, exc, display_name(client)) from None
     kept = {name: params[name] for name in PARAMS if name in params}
     return AuthorizationRequest(client, redirect, scope, challenge, kept)
 
