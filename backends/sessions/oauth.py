@@ -51,7 +51,8 @@ class CodeRecord:
 @dataclass(frozen=True, slots=True)
 class Grant:
     """One device's OAuth session: its current refresh token, the one before it (valid until
-    the newer tokens are used), and the newest access token."""
+    the newer tokens are used), the newest access token and whether it was used (kept here
+    for good: its session expires with it)."""
 
     grant_id: str
     user: str
@@ -63,6 +64,7 @@ class Grant:
     access_hash: str  # digest of the newest access token
     rotated_ts: int  # ms: when the newest tokens were issued
     created_ts: int  # ms
+    access_used: bool = False  # whether the newest access token was used (OAuthStore.mark_access_used)
 
     def encode(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -138,6 +140,12 @@ class OAuthStore(abc.ABC):
     @abc.abstractmethod
     async def delete_grant(self, grant: Grant) -> None:
         """Forget a grant (its refresh tokens stop being found)."""
+
+    @abc.abstractmethod
+    async def mark_access_used(self, user: str, device_id: str, access_hash: str) -> bool:
+        """The first use of an access token: the grant of the user's device whose newest access
+        token it is keeps that it was used (`Grant.access_used`, until the next rotation); True
+        when this marked it, False when it was marked already or is not that grant's newest."""
 
     @abc.abstractmethod
     async def access_used(self, user: str, token_hash: str) -> bool | None:

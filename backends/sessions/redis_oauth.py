@@ -48,6 +48,17 @@ redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return value
 """
 
+# The first use of the newest access token (ARGV[1], its digest), kept on the grant: 1 when marked.
+MARK_USED = """
+local value = redis.call('GET', KEYS[1])
+if not value then return 0 end
+local grant = cjson.decode(value)
+if grant['access_hash'] ~= ARGV[1] or grant['access_used'] == true then return 0 end
+grant['access_used'] = true
+redis.call('SET', KEYS[1], cjson.encode(grant), 'KEEPTTL')
+return 1
+"""
+
 
 def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
@@ -180,6 +191,13 @@ class RedisOAuthStore(RedisDeviceCodes, OAuthStore):
             for digest in (grant.refresh_hash, grant.previous_hash):
                 if digest:
                     await client.delete(f"{self.prefix}refresh:{digest}")
+
+    async def mark_access_used(self, user: str, device_id: str, access_hash: str) -> bool:
+        with self.connection.errors():
+            grant_id = await self.connection.connect().get(self._device_key(user, device_id))
+        if grant_id is None:
+            return False
+        return bool(await self._script(MARK_USED, [f"{self.prefix}grant:{text(grant_id)}"], [access_hash]))
 
     async def access_used(self, user: str, token_hash: str) -> bool | None:
         with self.connection.errors():

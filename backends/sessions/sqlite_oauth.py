@@ -12,6 +12,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from backends.sessions.base import Session
@@ -289,6 +290,22 @@ class SqliteOAuthStore(SqliteDeviceCodes, OAuthStore):
 
     async def delete_grant(self, grant: Grant) -> None:
         await self._run(lambda conn: self._delete(conn, grant.grant_id))
+
+    async def mark_access_used(self, user: str, device_id: str, access_hash: str) -> bool:
+        def work(conn: sqlite3.Connection) -> bool:
+            row = conn.execute(
+                "SELECT record FROM oauth_grants WHERE user = ? AND device_id = ?", (user, device_id)
+            ).fetchone()
+            grant = Grant.decode(row[0]) if row is not None else None
+            if grant is None or grant.access_hash != access_hash or grant.access_used:
+                return False
+            conn.execute(
+                "UPDATE oauth_grants SET record = ? WHERE grant_id = ?",
+                (replace(grant, access_used=True).encode(), grant.grant_id),
+            )
+            return True
+
+        return await self._run(work)
 
     async def access_used(self, user: str, token_hash: str) -> bool | None:
         row = await self._read_here(

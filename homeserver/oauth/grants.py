@@ -188,13 +188,18 @@ class Grants:
         end_access = ""
         if digest == grant.previous_hash:
             if await self._access_used(grant):
-                await self.end(grant, REVOKED, "the previous refresh token was used again after the new one")
+                why = f"the previous refresh token was used again after the new one (from {client_ip}): a replay"
+                await self.end(grant, REVOKED, why)
                 raise invalid_grant("the refresh token was used already")
             # The answer to the last refresh was lost: the same tokens again, rotated once more
             # (the lost answer's access token ends with the rotation).
+            logger.info(
+                "oauth: %r on device %s refreshed again with the previous refresh token (an answer lost)",
+                grant.user, grant.device_id,
+            )
             end_access = grant.access_hash
         elif digest != grant.refresh_hash:
-            await self.end(grant, REVOKED, "an old refresh token was used again")
+            await self.end(grant, REVOKED, f"an old refresh token was used again (from {client_ip}): a replay")
             raise invalid_grant("the refresh token was used already")
         access = self.tokens.issue(user.name, grant.device_id)
         refresh = new_token(REFRESH_PREFIX)
@@ -238,18 +243,27 @@ class Grants:
         return user
 
     async def _access_used(self, grant: Grant) -> bool:
-        """Whether the newest access token is known to have been used. Once its session has
-        expired the store cannot tell, and the retry stands: the spec's MUST is that a client
-        whose answer was lost can retry later (a phone asleep past the token's lifetime), and a
-        thief's replay is still seen at the client's next refresh, whose token it retired."""
-        return bool(await self.store.access_used(grant.user, grant.access_hash))
+        """Whether the newest access token was used: kept on the grant at its first use
+        (`first_use`), for good, so a replay after the token expired is still one (RFC 9700
+        4.14.2); or, before that write has landed, what its session says. Never used, the
+        retry stands, later too: the spec's MUST is that a client whose answer was lost can
+        retry (a phone asleep past the token's lifetime)."""
+        return grant.access_used or bool(await self.store.access_used(grant.user, grant.access_hash))
+
+    async def first_use(self, session: Session) -> None:
+        """For the sessions service: an access token used for the first time; the grant whose
+        newest token it is keeps that (nothing for any other session)."""
+        await self.store.mark_access_used(session.user, session.device_id, session.token_hash)
 
     # -- ends -------------------------------------------------------------------------------
 
     async def end(self, grant: Grant, reason: str, why: str) -> None:
         """End the grant's session (its device, at Synapse too) and forget the grant."""
         level = logging.INFO if reason == REVOKED and why.startswith("revoked") else logging.WARNING
-        logger.log(level, "oauth: session of %r on device %s ended: %s", grant.user, grant.device_id, why)
+        logger.log(
+            level, "oauth: session of %r on device %s (client %s) ended: %s", grant.user, grant.device_id,
+            grant.client_id, why,
+        )
         await self.devices.end(grant.user, [grant.device_id], reason)
         await self.forget(grant)
 

@@ -231,3 +231,23 @@ async def test_a_failed_commit_of_an_oauth_write_is_rolled_back(sqlite_store):
     await sqlite_store.open(Session("h1", "alice", "D1", 1, "10.0.0.1", 1), None)
     assert await oauth.client("c1") is None
     assert (await oauth.client("c2"))["client_name"] == "kept"
+
+
+async def test_the_first_use_of_the_newest_access_token_is_kept_with_the_grant(oauth_store):
+    # Issue 34, finding 2: whether the newest access token was used outlives its session (which
+    # expires with the token), so a replay of the previous refresh token after that is seen.
+    await oauth_store.add_grant(grant("r1"), 60)
+    assert (await oauth_store.device_grant("alice", "D1")).access_used is False
+    assert await oauth_store.mark_access_used("alice", "D1", "a-other") is False  # not the newest
+    assert await oauth_store.mark_access_used("bob", "D1", "a-r1") is False
+    assert await oauth_store.mark_access_used("alice", "D1", "a-r1") is True
+    assert await oauth_store.mark_access_used("alice", "D1", "a-r1") is False  # once
+    for found in (await oauth_store.device_grant("alice", "D1"), await oauth_store.grant_by_refresh("r1")):
+        assert found is not None and found.access_used is True and found.refresh_hash == "r1"
+    # A rotation brings a new access token, not yet used; the old one's use changes nothing now.
+    assert await oauth_store.rotate_grant("r1", grant("r2", "r1"), 60) is True
+    assert (await oauth_store.grant_by_refresh("r1")).access_used is False
+    assert await oauth_store.mark_access_used("alice", "D1", "a-r1") is False
+    assert (await oauth_store.grant_by_refresh("r2")).access_used is False
+    assert await oauth_store.mark_access_used("alice", "D1", "a-r2") is True
+    assert (await oauth_store.grant_by_refresh("r1")).access_used is True
