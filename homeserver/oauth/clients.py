@@ -1,14 +1,22 @@
 """What the authorization endpoint and the device grant know of a registered client: whether a
 redirect URI is one of its own (exactly, or for an http loopback URI on any port: RFC 8252
-7.3), and the name people are shown for it."""
+7.3), and the name people are shown for it, with no character that reorders or hides text."""
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+# What no name people are shown may hold: controls (a line break forges log lines), format
+# characters (U+202E and the other bidirectional controls reorder the rest of the line, the
+# address shown after the name among it; U+00AD, U+2060, U+FEFF and the tags hide), line and
+# paragraph separators, private-use, unassigned and surrogate code points. The zero-width
+# non-joiner and joiner stay: Persian, the Indic scripts and emoji need them.
+HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+JOINERS = frozenset("\u200c\u200d")
 # An http loopback redirect URI as a browser is sent to it: the scheme and host in lower case,
 # a port of 1-65535 without a leading zero (or none), then a path and query with no fragment.
 LOOPBACK_URI = re.compile(r"http://(localhost|127\.0\.0\.1|\[::1\])(?::([1-9][0-9]{0,4}))?(/[^#]*)?")
@@ -46,7 +54,17 @@ def redirect_matches(registered: list[str], given: str) -> bool:
     return mine is not None and any(_loopback(uri) == mine for uri in registered)
 
 
+def hidden(char: str) -> bool:
+    """Whether a character reorders or hides text (HIDDEN_CATEGORIES)."""
+    return unicodedata.category(char) in HIDDEN_CATEGORIES and char not in JOINERS
+
+
+def without_hidden(text: str) -> str:
+    return "".join(char for char in text if not hidden(char))
+
+
 def display_name(metadata: dict[str, Any]) -> str:
-    """What people are shown as the client's name: its client_name, else its client_uri's host."""
+    """What people are shown as the client's name: its client_name, else its client_uri's host
+    (no hidden characters: registration refuses them, and a name kept from before loses them)."""
     host = host_of(urlsplit(str(metadata.get("client_uri", ""))))
-    return str(metadata.get("client_name") or host or "An application")
+    return without_hidden(str(metadata.get("client_name") or "")) or host or "An application"

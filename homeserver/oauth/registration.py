@@ -15,12 +15,11 @@ import logging
 import re
 import secrets
 import string
-import unicodedata
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
 from backends.sessions.oauth import OAuthStore
-from homeserver.oauth.clients import host_of, loopback_host
+from homeserver.oauth.clients import hidden, host_of, loopback_host
 from homeserver.oauth.common import CLIENT_IDLE, AddressLimits
 from homeserver.oauth.errors import INVALID_CLIENT_METADATA, INVALID_REDIRECT_URI, OAuthError, too_many
 from homeserver.oauth.metadata import DEVICE_CODE_GRANT
@@ -172,9 +171,10 @@ def client_metadata(body: Any) -> dict[str, Any]:
         "token_endpoint_auth_method": "none",
     }
     name = _string(body, "client_name", MAX_NAME)
-    if name and any(unicodedata.category(c) == "Cc" for c in name):
-        # Logged here, shown on pages and the device's display name: a line break would forge log lines.
-        raise metadata_error("client_name must have no control characters")
+    if name and any(hidden(c) for c in name):
+        # Logged here, shown on pages beside the address and the device's display name: a line
+        # break would forge log lines, U+202E reverse what follows it.
+        raise metadata_error("client_name must have no control, format (bidirectional) or private-use characters")
     if name:
         metadata["client_name"] = name
     for key in OTHER_URIS:

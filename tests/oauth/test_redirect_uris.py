@@ -11,6 +11,7 @@ import pytest
 from homeserver.oauth.clients import redirect_matches
 from tests.helpers import assert_json
 from tests.oauth.test_refusals import oauth_error
+from tests.page_client import text
 
 pytestmark = pytest.mark.usefixtures("io_loop")
 
@@ -117,3 +118,30 @@ async def test_a_loopback_redirect_that_is_not_exact_is_an_error_page(client):
     for given in ("http://127.0.0.1:53123/callback#", "HTTP://127.0.0.1:53123/callback", "http://127.0.0.1:0/callback"):
         resp = await client.authorize_page({**params, "redirect_uri": given})
         assert resp.status == 400 and "Location" not in resp.headers, (given, resp)
+
+
+# -- issue 34, finding 5: no character that reorders or hides text in a name people are shown ------
+
+INVISIBLE = ["\u202e", "\u202d", "\u202a", "\u2066", "\u2067", "\u2068", "\u2069", "\u200e", "\u200f", "\u061c",
+             "\ufeff", "\u00ad", "\u2060", "\u2028", "\u2029", "\U000e0041", "\ue000", "\U0010fffd"]
+
+
+@pytest.mark.parametrize("char", INVISIBLE)
+async def test_a_client_name_with_a_format_or_bidi_character_is_refused(client, char):
+    # U+202E reversed the rest of the consent line, the shown address included.
+    oauth_error(await client.register(client_name=f"Good App{char} (https://app.example.org)"), "invalid_client_metadata")
+
+
+async def test_names_in_any_script_and_emoji_stay(client):
+    for name in ("Élément ✨", "عنصر", "אלמנט", "मैट्रिक्स", "می‌خواهم", "👩‍💻 Chat"):  # ZWNJ and ZWJ are letters' glue
+        assert assert_json(await client.register(client_name=name), 201)["client_name"] == name
+
+
+async def test_a_name_kept_from_before_is_shown_without_them(client, hs):
+    # A client registered before the rule: its name is shown with them taken out.
+    await client.ensure_client()
+    kept = await hs.oauth.store.client(client.client_id)
+    await hs.oauth.store.add_client("OLDCLIENT", {**kept, "client_id": "OLDCLIENT", "client_name": "Evil\u202eelgooG"}, 60)
+    params = await client.params()
+    page = await client.authorize_page({**params, "client_id": "OLDCLIENT"})
+    assert page.status == 200 and "\u202e" not in text(page) and "EvilelgooG" in text(page)
