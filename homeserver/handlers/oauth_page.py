@@ -73,19 +73,31 @@ class AuthorizeHandler(PageHandler):
             title="Cannot sign in" if problem else "Cancelled",
         )
 
-    def show(self, request: AuthorizationRequest, status: int = 200, **values: Any) -> None:
+    async def show(
+        self, request: AuthorizationRequest, status: int = 200, *, signed_in_now: bool = False, **values: Any
+    ) -> None:
+        """The sign-in page, or for a person signed in the confirmation (`signed_in_now`: just
+        signed in by its form, whose password `prompt=login` asked for), saying which session
+        of theirs it replaces when the device named has one."""
         # The form may be redirected to the client (CSP form-action covers redirects).
         self.allow("form-action", request.redirect.form_target())
+        user = self.user
+        device_id = request.scope.device_id
+        replaced = await self.oauth().grants.replaced(user.name, device_id) if user is not None else None
+        params = request.params
+        if signed_in_now:  # the password was just given: the confirmation does not ask it again
+            params = {name: value for name, value in params.items() if name != "prompt"}
         values.setdefault("name", "")
         self.render_page(
             "oauth_authorize.html",
             status,
-            request=request,
+            params=params,
             client_name=request.client_name,
             client_uri=str(request.client.get("client_uri", "")),
             redirect_uri=request.redirect.redirect_uri,
-            device_id=request.scope.device_id,
-            confirm=self.user is not None and not request.sign_in_asked,
+            device_id=device_id,
+            replaced=replaced,
+            confirm=user is not None and (signed_in_now or not request.sign_in_asked),
             path=AUTHORIZATION_PATH,
             other_account=AUTHORIZATION_PATH + "?" + urlencode({**request.params, "prompt": "login"}),
             title=f"Sign in to {request.client_name}",
@@ -95,7 +107,7 @@ class AuthorizeHandler(PageHandler):
     async def get(self) -> None:
         request = await self.checked(self.request.query_arguments)
         if request is not None:
-            self.show(request)
+            await self.show(request)
 
     async def post(self) -> None:
         request = await self.checked(self.request.body_arguments)
@@ -112,10 +124,14 @@ class AuthorizeHandler(PageHandler):
             try:
                 user = await self.form_sign_in(name, self.get_body_argument("password", ""), AUDIT_REASON)
             except PageError as said:
-                self.show(request, problem=said, name=name)
+                await self.show(request, problem=said, name=name)
+                return
+            if await self.oauth().grants.replaced(user.name, request.scope.device_id) is not None:
+                # It would end a session of theirs: the page says which, and the person confirms.
+                await self.show(request, signed_in_now=True)
                 return
         elif op != "confirm" or user is None or request.sign_in_asked:
-            self.show(request, 401 if op == "confirm" else 400, error="Sign in to continue.")
+            await self.show(request, 401 if op == "confirm" else 400, error="Sign in to continue.")
             return
         assert user is not None
         target = await self.oauth().authorization.issue_code(request, user)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from backends.base import User
-from backends.sessions.base import Session
+from backends.sessions.base import Device, Session
 from backends.sessions.oauth import ENDED, RACED, Grant, OAuthStore
 from homeserver import audit
 from homeserver.credentials import Credentials
@@ -269,6 +269,11 @@ class Grants:
 
     async def forget(self, grant: Grant) -> None:
         await self.store.delete_grant(grant)
+
+    async def replaced(self, user: str, device_id: str) -> Device | None:
+        """The user's device of that id with a session, which a grant for it would replace (its
+        sessions end: naming a device that has a session takes it over), or None."""
+        return await self.sessions.store.device(user, device_id)
 
     async def ends_device(self, session: Session) -> bool:
         """For a logout (homeserver.devices): whether the session's device is a grant's, whose
