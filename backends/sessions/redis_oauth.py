@@ -95,7 +95,7 @@ class RedisOAuthStore(RedisDeviceCodes, OAuthStore):
 
     async def touch_client(self, client_id: str, idle: float) -> None:
         with self.connection.errors():
-            await self.connection.connect().pexpire(f"{self.prefix}client:{client_id}", _ms(idle))
+            await self.connection.connect().pexpire(f"{self.prefix}client:{client_id}", _ms(idle), gt=True)
 
     # -- codes ----------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from backends.sessions.oauth import CodeRecord, OAuthStore
 from homeserver.credentials import Credentials
 from homeserver.errors import PageError
 from homeserver.oauth.clients import display_name, redirect_matches
-from homeserver.oauth.common import CLIENT_IDLE, CODE_LIFETIME, new_token, now_ms
+from homeserver.oauth.common import CODE_LIFETIME, PENDING_CLIENT, new_token, now_ms
 from homeserver.oauth.errors import INVALID_REQUEST, LOGIN_REQUIRED, UNSUPPORTED_RESPONSE_TYPE, OAuthError
 from homeserver.oauth.scopes import Scope, parse_scope
 from homeserver.sessions import token_digest
@@ -189,5 +189,5 @@ class Authorization:
             identity_fp=fingerprint.identity, password_fp=fingerprint.password, created_ts=now_ms(),
         )
         await self.store.add_code(token_digest(code), record, CODE_LIFETIME)
-        await self.store.touch_client(request.client_id, CLIENT_IDLE)
+        await self.store.touch_client(request.client_id, PENDING_CLIENT)
         return request.redirect.url({"code": code})

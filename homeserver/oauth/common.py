@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import secrets
 import time
 from typing import Protocol
@@ -13,7 +14,10 @@ from homeserver import base64url
 from homeserver.sessions import token_digest
 
 CODE_LIFETIME = 600.0  # seconds an authorization code lives (RFC 6749 4.1.2: 10 minutes at most)
-CLIENT_IDLE = 7 * 86400.0  # seconds a client is kept unused
+# Seconds a client is kept from its registration or its last sign-in attempt until a sign-in
+# through it completes: registration is open, and what nobody signs in through must not
+# pile up in the store every login uses.
+PENDING_CLIENT = 3600.0
 GRANT_IDLE = 90 * 86400.0  # seconds a grant (and its client) is kept without a refresh
 MAX_TOKEN = 4096  # longer than any code or token of ours: refused before any digest
 
@@ -47,15 +51,35 @@ class Buckets(Protocol):
     async def rate_limit(self, key: str, interval: float, capacity: float, *, take: bool = True) -> float: ...
 
 
+def address_key(client_ip: str) -> str:
+    """What a per-address limit counts: the address, or for IPv6 its /64 (one host, or one
+    customer's network, holds a whole /64)."""
+    try:
+        address = ipaddress.ip_address(client_ip)
+    except ValueError:
+        return client_ip
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{address}/64", strict=False))
+    return str(address)
+
+
 class AddressLimits:
-    """Per-address limits of the OAuth endpoints in the shared buckets (`[rate_limit] enabled`)."""
+    """Limits of the OAuth endpoints in the shared buckets: per address (`[rate_limit] enabled`),
+    and for the whole server (always: they bound what anyone can make the store keep)."""
 
     def __init__(self, buckets: Buckets, enabled: bool = True) -> None:
         self.buckets = buckets
         self.enabled = enabled
 
-    async def wait(self, key: str, interval: float, burst: int) -> float:
-        """One step of a limit: a burst, then one per `interval` seconds; the seconds to wait (0: go on)."""
+    async def wait(self, kind: str, client_ip: str, interval: float, burst: int) -> float:
+        """One step of a per-address limit of `kind`: a burst, then one per `interval` seconds;
+        the seconds to wait (0: go on)."""
         if not self.enabled:
             return 0.0
-        return await self.buckets.rate_limit(key, interval, burst * interval)
+        return await self.buckets.rate_limit(f"{kind}:{address_key(client_ip)}", interval, burst * interval)
+
+    async def overall(self, kind: str, interval: float, burst: int) -> float:
+        """One step of the whole server's limit of `kind`; the seconds to wait (0: go on)."""
+        return await self.buckets.rate_limit(f"{kind}:*", interval, burst * interval)

@@ -29,7 +29,7 @@ from backends.base import StoreUnavailable, User
 from backends.sessions.oauth import APPROVED, DENIED, PENDING, USED, DeviceAuthorization, OAuthStore
 from homeserver.errors import MatrixError, PageError
 from homeserver.oauth.clients import display_name
-from homeserver.oauth.common import CLIENT_IDLE, AddressLimits, new_token, now_ms, same_text
+from homeserver.oauth.common import PENDING_CLIENT, AddressLimits, new_token, now_ms, same_text
 from homeserver.oauth.errors import (
     ACCESS_DENIED,
     INVALID_CLIENT,
@@ -56,6 +56,9 @@ MAX_DEVICE_CODE = 128
 # Per client address, a burst then one per interval: requests for codes, and codes typed.
 AUTHORIZE_BURST, AUTHORIZE_INTERVAL = 20, 6.0
 TYPED_BURST, TYPED_INTERVAL = 10, 6.0
+# Requests for codes for the whole server, whatever their addresses (each is kept until it
+# expires): a burst, then one per interval.
+GLOBAL_BURST, GLOBAL_INTERVAL = 200, 0.5
 
 EXPIRED_TOKEN = "expired_token"
 AUTHORIZATION_PENDING = "authorization_pending"
@@ -95,9 +98,12 @@ class DeviceFlow:
     # -- the device authorization endpoint (RFC 8628 3.1, 3.2) ----------------------------
 
     async def authorize(self, form: dict[str, str], client_ip: str, verification_uri: str) -> dict[str, Any]:
-        wait = await self.limits.wait("oauth-device:" + client_ip, AUTHORIZE_INTERVAL, AUTHORIZE_BURST)
+        wait = await self.limits.wait("oauth-device", client_ip, AUTHORIZE_INTERVAL, AUTHORIZE_BURST)
         if wait > 0:
             raise too_many("too many device authorization requests from this address", wait)
+        wait = await self.limits.overall("oauth-device", GLOBAL_INTERVAL, GLOBAL_BURST)
+        if wait > 0:
+            raise too_many("too many device authorization requests on this server: try again later", wait)
         client_id = form.get("client_id", "")
         if not client_id:
             raise invalid_request("client_id is required")
@@ -122,7 +128,7 @@ class DeviceFlow:
                 break
         else:
             raise OAuthError(TEMPORARILY_UNAVAILABLE, "no free user code: try again", 503, {"Retry-After": "1"})
-        await self.store.touch_client(client_id, CLIENT_IDLE)
+        await self.store.touch_client(client_id, PENDING_CLIENT)
         logger.info("oauth: device authorization requested by client %s for device %s", client_id, scope.device_id)
         return {
             "device_code": device_code,
@@ -138,7 +144,7 @@ class DeviceFlow:
     async def find(self, typed: str, client_ip: str) -> DeviceAuthorization:
         """The pending authorization of a typed user code; PageError otherwise (rate-limited
         per address, as every typed code counts)."""
-        wait = await self.limits.wait("oauth-user-code:" + client_ip, TYPED_INTERVAL, TYPED_BURST)
+        wait = await self.limits.wait("oauth-user-code", client_ip, TYPED_INTERVAL, TYPED_BURST)
         if wait > 0:
             raise PageError(
                 429, "Too many codes were tried from your address. Wait a minute and try again.", retry_after(wait)

@@ -4,13 +4,16 @@ Clients are public (`token_endpoint_auth_method` none). Redirect URIs never carr
 `web` clients use https on the host of their `client_uri` (or a subdomain); `native` clients use
 a private-use scheme in reverse-DNS of that host with no authority, or http on the loopback
 (`localhost`, `127.0.0.1`, `[::1]`) where any port is accepted at authorization (RFC 8252 7.3).
-Registrations are rate-limited per address and kept in the session store; an unused client is
-forgotten after CLIENT_IDLE, never while it has a session.
+Registrations are bounded: in size (MAX_METADATA), per address (an IPv6 /64 is one) and for the
+whole server (GLOBAL_BURST, GLOBAL_INTERVAL), and kept in the session store: a client through
+which no sign-in completes for PENDING_CLIENT; one through which one did, GRANT_IDLE after its
+last use; never while it has a session.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import logging
 import re
 import secrets
@@ -20,16 +23,17 @@ from urllib.parse import SplitResult, urlsplit
 
 from backends.sessions.oauth import OAuthStore
 from homeserver.oauth.clients import hidden, host_of, loopback_host
-from homeserver.oauth.common import CLIENT_IDLE, AddressLimits
+from homeserver.oauth.common import PENDING_CLIENT, AddressLimits
 from homeserver.oauth.errors import INVALID_CLIENT_METADATA, INVALID_REDIRECT_URI, OAuthError, too_many
 from homeserver.oauth.metadata import DEVICE_CODE_GRANT
 
 logger = logging.getLogger(__name__)
 
 GRANT_TYPES = ("authorization_code", "refresh_token", DEVICE_CODE_GRANT)
-MAX_REDIRECT_URIS = 20
-MAX_URI = 2048
+MAX_REDIRECT_URIS = 10
+MAX_URI = 1024
 MAX_NAME = 256
+MAX_METADATA = 4096  # bytes of the metadata kept, as JSON (clients register a few hundred)
 CLIENT_ID_ALPHABET = string.ascii_uppercase + string.digits
 OTHER_URIS = ("logo_uri", "tos_uri", "policy_uri")
 # The characters of an RFC 3986 URI (no space, backslash, quote, angle bracket or non-ASCII:
@@ -40,6 +44,10 @@ HOST = re.compile(r"[a-z0-9_]([a-z0-9._-]*[a-z0-9_])?|[0-9a-f:.]+")  # urlsplit'
 # Registrations per client address: a burst, then one per this many seconds.
 REGISTER_BURST = 20
 REGISTER_INTERVAL = 6.0
+# Registrations for the whole server, whatever their addresses: with PENDING_CLIENT and
+# MAX_METADATA, at most about 30 MB of clients nobody signed in through.
+GLOBAL_BURST = 200
+GLOBAL_INTERVAL = 0.5
 
 
 def metadata_error(description: str) -> OAuthError:
@@ -184,7 +192,14 @@ def client_metadata(body: Any) -> dict[str, Any]:
             if parts.scheme.lower() not in ("https", "http") or not _under(host_of(parts), base):
                 raise metadata_error(f"{key} must be on the host of client_uri")
             metadata[key] = value
+    if encoded_size(metadata) > MAX_METADATA:
+        raise metadata_error(f"the registration is too large: at most {MAX_METADATA} bytes of metadata")
     return metadata
+
+
+def encoded_size(metadata: dict[str, Any]) -> int:
+    """The bytes a registration takes in the store (its JSON)."""
+    return len(json.dumps(metadata).encode("utf-8"))
 
 
 class Registration:
@@ -196,10 +211,14 @@ class Registration:
 
     async def register(self, body: Any, client_ip: str) -> dict[str, Any]:
         """RFC 7591: the registered metadata with its client_id, kept in the store."""
-        wait = await self.limits.wait("oauth-register:" + client_ip, REGISTER_INTERVAL, REGISTER_BURST)
+        wait = await self.limits.wait("oauth-register", client_ip, REGISTER_INTERVAL, REGISTER_BURST)
         if wait > 0:
             raise too_many("too many registrations from this address", wait)
         metadata = client_metadata(body)
-        await self.store.add_client(metadata["client_id"], metadata, CLIENT_IDLE)
+        wait = await self.limits.overall("oauth-register", GLOBAL_INTERVAL, GLOBAL_BURST)
+        if wait > 0:
+            logger.warning("oauth: registrations refused for %.0f s: the server's bound is reached", wait)
+            raise too_many("too many registrations on this server: try again later", wait)
+        await self.store.add_client(metadata["client_id"], metadata, PENDING_CLIENT)
         logger.info("oauth: client %s registered (%r)", metadata["client_id"], metadata.get("client_name", ""))
         return metadata

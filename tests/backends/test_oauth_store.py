@@ -251,3 +251,12 @@ async def test_the_first_use_of_the_newest_access_token_is_kept_with_the_grant(o
     assert (await oauth_store.grant_by_refresh("r2")).access_used is False
     assert await oauth_store.mark_access_used("alice", "D1", "a-r2") is True
     assert (await oauth_store.grant_by_refresh("r1")).access_used is True
+
+
+async def test_a_touch_never_shortens_a_clients_life(oauth_store):
+    # A sign-in attempt keeps a client an hour (issue 34, finding 4); one kept longer already
+    # (a sign-in completed through it) keeps its longer life.
+    await oauth_store.add_client("c1", {"client_name": "App"}, 60)
+    await oauth_store.touch_client("c1", 0.05)
+    await asyncio.sleep(0.15)
+    assert await oauth_store.client("c1") is not None

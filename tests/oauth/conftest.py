@@ -64,6 +64,15 @@ class OAuthClient:
         body.update(overrides)
         return await self.fetch(self.path("registration_endpoint"), "POST", json_body=body)
 
+    async def register_from(self, client_ip: str, **overrides: Any) -> Response:
+        """A registration as a proxy in front passes it on from `client_ip` (X-Forwarded-For)."""
+        if not self.metadata:
+            await self.discover()
+        body = {"client_name": "Test App", "client_uri": "https://app.example.org/", "application_type": "native",
+                "redirect_uris": [REDIRECT], **overrides}
+        return await self.fetch(self.path("registration_endpoint"), "POST", json_body=body,
+                                headers={"X-Forwarded-For": client_ip})
+
     async def ensure_client(self) -> str:
         if not self.client_id:
             resp = await self.register()
