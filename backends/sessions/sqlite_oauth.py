@@ -292,6 +292,15 @@ class SqliteOAuthStore(SqliteDeviceCodes, OAuthStore):
         await self._run(lambda conn: self._delete(conn, grant.grant_id))
 
     async def mark_access_used(self, user: str, device_id: str, access_hash: str) -> bool:
+        # Read first on the loop's connection: the first use of any other expiring session (a
+        # password login's, with `[auth] token_lifetime`) costs no write.
+        row = await self._read_here(
+            "SELECT record FROM oauth_grants WHERE user = ? AND device_id = ?", (user, device_id)
+        )
+        seen = Grant.decode(row[0]) if row is not None else None
+        if seen is None or seen.access_hash != access_hash or seen.access_used:
+            return False
+
         def work(conn: sqlite3.Connection) -> bool:
             row = conn.execute(
                 "SELECT record FROM oauth_grants WHERE user = ? AND device_id = ?", (user, device_id)
