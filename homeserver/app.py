@@ -15,9 +15,10 @@ from homeserver.handlers import (
     discovery,
     health,
     login,
-    oauth,
     oauth_api,
     oauth_device,
+    oauth_introspection,
+    oauth_metadata,
     oauth_page,
     profile,
 )
@@ -30,8 +31,9 @@ from homeserver.logs import log_request
 # of one area matches a path of another, so the order changes only how soon a request
 # finds its handler (tests/test_routes.py compares every path with the areas' own order).
 ROUTES = (
-    account.ROUTES + profile.ROUTES + discovery.ROUTES + oauth.ROUTES + login.ROUTES + devices.ROUTES
-    + health.ROUTES + oauth_api.ROUTES + oauth_device.ROUTES + oauth_page.ROUTES + account_page.ROUTES
+    account.ROUTES + profile.ROUTES + discovery.ROUTES + oauth_introspection.ROUTES + oauth_metadata.ROUTES
+    + login.ROUTES + devices.ROUTES + health.ROUTES + oauth_api.ROUTES + oauth_device.ROUTES + oauth_page.ROUTES
+    + account_page.ROUTES
 )
 
 

@@ -97,6 +97,8 @@ class HomeServer:
         if self.oauth is not None:
             # A logout of an OAuth access token ends its refresh token too (the whole device).
             self.devices.ends_device = self.oauth.ends_device
+            # The first use of an access token is kept on its grant (the refresh rule reads it).
+            self.sessions.first_use = self.oauth.first_use
         self.account_page = AccountPage(
             users=self.users,
             store=self.pages,

@@ -1,4 +1,5 @@
-"""The static response bodies (well-knowns, versions, login flows, capabilities), serialised once."""
+"""The static response bodies (well-knowns, versions, login flows, capabilities, the OAuth
+server metadata), serialised once."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from dataclasses import dataclass
 
 from homeserver.config import Config
 from homeserver.jsonio import encode_json
+from homeserver.oauth.metadata import ACCOUNT_PATH, INTROSPECTION_PATH, server_metadata
 
 ROOM_VERSIONS = {str(v): "stable" for v in range(1, 12)}
 
@@ -19,6 +21,15 @@ class Documents:
     versions: bytes
     login_flows: bytes
     capabilities: bytes
+    # The OAuth 2.0 server metadata (homeserver.oauth.metadata), None with `[oauth]` off: at
+    # the Matrix paths (`auth_metadata`; MSC2965's with the unstable account actions), and at
+    # RFC 8414's and OpenID's well-known paths (with the introspection endpoint under delegation).
+    auth_metadata: bytes | None = None
+    auth_metadata_unstable: bytes | None = None
+    server_metadata: bytes | None = None
+    # /.well-known/openid-configuration: the server metadata, or under `[delegation]` alone
+    # what Synapse needs (issuer, account page, introspection); None with neither.
+    openid_configuration: bytes | None = None
 
     @classmethod
     def from_config(cls, config: Config) -> Documents:
@@ -29,6 +40,15 @@ class Documents:
         if server["identity_server_url"]:
             client["m.identity_server"] = {"base_url": server["identity_server_url"]}
         disabled = {"enabled": False}  # the service changes no account
+        oauth, delegation = config.get("oauth", "enabled"), config.get("delegation", "enabled")
+        metadata = server_metadata(base_url, introspection=delegation) if oauth else None
+        openid = metadata
+        if metadata is None and delegation:
+            openid = {
+                "issuer": base_url + "/",
+                "account_management_uri": base_url + ACCOUNT_PATH,
+                "introspection_endpoint": base_url + INTROSPECTION_PATH,
+            }
         return cls(
             well_known_client=encode_json(client),
             well_known_support=encode_json(
@@ -57,4 +77,8 @@ class Documents:
                     }
                 }
             ),
+            auth_metadata=encode_json(server_metadata(base_url)) if oauth else None,
+            auth_metadata_unstable=encode_json(server_metadata(base_url, unstable=True)) if oauth else None,
+            server_metadata=encode_json(metadata) if metadata is not None else None,
+            openid_configuration=encode_json(openid) if openid is not None else None,
         )

@@ -22,7 +22,14 @@ ACCESS_FORMAT = "%d %s %s %s %.2fms"
 ACCESS_FIELDS = ("status", "method", "path", "client", "duration_ms")
 TEXT_FORMAT = "%(asctime)s [%(process)d] %(levelname)s %(name)s [%(request_id)s]: %(message)s"
 
-SECRET_PARAMS = frozenset({"access_token", "token", "password", "user_code", "device_code"})
+# Query parameters whose values are secrets (tokens, codes, passwords) or personal (a login
+# hint is a name or an e-mail address): never written to the access log. The OAuth ones
+# (RFC 6749, 7636, 8628, OpenID Connect) belong in a body, but a client may send them in a URL.
+SECRET_PARAMS = frozenset({
+    "access_token", "token", "password", "loginToken",
+    "refresh_token", "code", "code_verifier", "client_secret", "client_assertion", "assertion",
+    "id_token_hint", "login_hint", "device_code", "user_code",
+})
 
 
 def scrub_uri(uri: str) -> str:

@@ -6,7 +6,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from backends.base import StoreUnavailable
@@ -63,6 +63,10 @@ class Sessions:
         self.clock = clock
         self._touched: dict[str, float] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # Told of the first use of a session that expires and was never seen (an OAuth access
+        # token: the refresh rule must know for good that it was used, homeserver.oauth.grants),
+        # before its last-seen write, once per process.
+        self.first_use: Callable[[Session], Awaitable[None]] | None = None
 
     # -- login and the auth step --------------------------------------------------
 
@@ -97,6 +101,16 @@ class Sessions:
         if self.metrics is not None:
             self.metrics.observe_sessions_opened()
 
+    async def record(self, session: Session, display_name: str | None, *, counted: bool = True) -> None:
+        """Record a session made elsewhere (an OAuth grant's own session, whose digest is no
+        token's, or an access token's with its own lifetime); durable before the sign-in is
+        answered. Counted as a session opened unless `counted` is False (a further token of a
+        sign-in counted already). Its first use is written as any later one (the OAuth refresh
+        rule reads whether a token was used)."""
+        await self.store.open(session, display_name)
+        if counted and self.metrics is not None:
+            self.metrics.observe_sessions_opened()
+
     async def check(self, token: str, user: str, ip: str | None) -> Session:
         """Return the open session of a verified token; 401 M_UNKNOWN_TOKEN when there is none.
 
@@ -121,12 +135,15 @@ class Sessions:
         if len(self._touched) >= MAX_TOUCHED:
             self._touched.clear()
         self._touched[session.token_hash] = now
-        task = asyncio.ensure_future(self._touch(session, ip))
+        task = asyncio.ensure_future(self._touch(session, ip, first=last is None))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _touch(self, session: Session, ip: str) -> None:
+    async def _touch(self, session: Session, ip: str, *, first: bool = False) -> None:
         try:
+            unseen = session.expires_ts is not None and session.last_seen_ts <= session.created_ts
+            if first and unseen and self.first_use is not None:
+                await self.first_use(session)
             await self.store.touch(session.user, session.token_hash, ip, now_ms())
         except StoreUnavailable as exc:  # last seen is best effort; the next request retries
             self._touched.pop(session.token_hash, None)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import binascii
 import hashlib
 import hmac
@@ -19,6 +18,7 @@ from jose import jwt
 from jose.exceptions import ExpiredSignatureError, JOSEError, JWTClaimsError
 
 from backends.secret_file import SecretFileMissing, read_secret_file
+from homeserver import base64url
 from homeserver.config import Config
 from homeserver.errors import ConfigError
 
@@ -44,10 +44,6 @@ _SEGMENT = re.compile(r"[A-Za-z0-9_-]+")
 # A JSON string, or an unterminated one to the end of the text (possessive and always
 # matching from its quote, so the search is linear whatever the text).
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*+(?:"|\\?\Z)', re.DOTALL)
-
-
-def _b64(data: bytes) -> bytes:
-    return base64.urlsafe_b64encode(data).rstrip(b"=")
 
 
 class TokenError(Exception):
@@ -97,11 +93,11 @@ class TokenIssuer:
         header = {"alg": ALGORITHMS[0], "nonce": secrets.token_urlsafe(12), "typ": "JWT"}
         # Byte for byte what python-jose's jwt.encode makes (its header sorted, its claims as
         # given, HMAC-SHA256), without its key construction: a third of a refresh grant's work.
-        signing_input = _b64(json.dumps(header, separators=(",", ":"), sort_keys=True).encode("utf-8")) + b"." + _b64(
-            json.dumps(claims, separators=(",", ":")).encode("utf-8")
-        )
-        signature = hmac.new(self.secret.encode("utf-8"), signing_input, hashlib.sha256).digest()
-        return (signing_input + b"." + _b64(signature)).decode("ascii")
+        signing_input = base64url.encode(
+            json.dumps(header, separators=(",", ":"), sort_keys=True).encode("utf-8")
+        ) + "." + base64url.encode(json.dumps(claims, separators=(",", ":")).encode("utf-8"))
+        signature = hmac.new(self.secret.encode("utf-8"), signing_input.encode("ascii"), hashlib.sha256).digest()
+        return signing_input + "." + base64url.encode(signature)
 
     def verify(self, token: str) -> Claims:
         """Return the claims of a valid token; TokenError for anything else."""
@@ -181,7 +177,7 @@ def _small_object(segment: str) -> dict[str, object]:
     if len(segment) % 4 == 1:
         raise TokenError("not base64url")
     try:
-        text = base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4)).decode("utf-8")
+        text = base64url.decode(segment).decode("utf-8")
     except (binascii.Error, ValueError):  # UnicodeDecodeError is a ValueError
         raise TokenError("not base64url of UTF-8") from None
     bare = _JSON_STRING.sub("", text)  # the structure, strings left out

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import json
 import time
 from typing import Any
 
+from homeserver import base64url
 from homeserver.errors import M_FORBIDDEN, M_UNKNOWN, M_UNRECOGNIZED, MatrixError, invalid_param, missing_param
 from homeserver.names import local_name
 from homeserver.passwords import PasswordChecker, check_password
@@ -37,14 +37,6 @@ class AuthRequired(MatrixError):
         return {"flows": FLOWS, "params": {}, "session": self.session}
 
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
 class UserInteractiveAuth:
     """Stateless UIA sessions: each is signed, names its user and its operation, and expires.
 
@@ -64,13 +56,13 @@ class UserInteractiveAuth:
     def new_session(self, user: str, operation: str, now: float | None = None) -> str:
         payload = json.dumps({"u": user, "o": operation, "e": int((now or time.time()) + SESSION_TTL)}).encode()
         mac = hmac.new(self.key, payload, hashlib.sha256).digest()[:16]
-        return _b64(payload) + "." + _b64(mac)
+        return base64url.encode(payload) + "." + base64url.encode(mac)
 
     def _session_ok(self, session: str, user: str, operation: str) -> bool:
         try:
             payload_text, _, mac_text = session.partition(".")
-            payload = _unb64(payload_text)
-            mac = _unb64(mac_text)
+            payload = base64url.decode(payload_text)
+            mac = base64url.decode(mac_text)
         except (ValueError, UnicodeError):
             return False
         # The signature first: only a session this server made is ever parsed.

@@ -17,9 +17,10 @@ from homeserver.handlers import (
     discovery,
     health,
     login,
-    oauth,
     oauth_api,
     oauth_device,
+    oauth_introspection,
+    oauth_metadata,
     oauth_page,
     profile,
 )
@@ -28,7 +29,8 @@ from homeserver.handlers.base import NotFoundHandler
 # The areas in the order the modules were first joined (discovery first, the pages last).
 DECLARED = (
     discovery.ROUTES + login.ROUTES + profile.ROUTES + account.ROUTES + devices.ROUTES + health.ROUTES
-    + oauth.ROUTES + oauth_api.ROUTES + oauth_device.ROUTES + oauth_page.ROUTES + account_page.ROUTES
+    + oauth_metadata.ROUTES + oauth_introspection.ROUTES + oauth_api.ROUTES + oauth_device.ROUTES + oauth_page.ROUTES
+    + account_page.ROUTES
 )
 # A route whose pattern is fixed text names its own path (dots escaped).
 _FIXED = re.compile(r"(?:[A-Za-z0-9_/~-]|\\\.)+")

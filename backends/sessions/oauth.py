@@ -25,9 +25,35 @@ REFRESHED, RACED, ENDED = "refreshed", "raced", "ended"
 
 
 @dataclass(frozen=True, slots=True)
+class CodeRecord:
+    """What an authorization code stands for: the person's sign-in (their user, the credential
+    fingerprints it was made with) for a client, a device and a scope, and what the exchange
+    must be sent again (the redirect URI, the PKCE challenge)."""
+
+    client_id: str
+    client_name: str  # as shown on the sign-in page: the device's display name
+    redirect_uri: str
+    code_challenge: str  # S256
+    user: str
+    device_id: str
+    scope: str  # as granted, in the spelling the client asked
+    identity_fp: str
+    password_fp: str
+    created_ts: int  # ms
+
+    def encode(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, text: str | bytes) -> CodeRecord:
+        return cls(**json.loads(text))
+
+
+@dataclass(frozen=True, slots=True)
 class Grant:
     """One device's OAuth session: its current refresh token, the one before it (valid until
-    the newer tokens are used), and the newest access token."""
+    the newer tokens are used), the newest access token and whether it was used (kept here
+    for good: its session expires with it)."""
 
     grant_id: str
     user: str
@@ -39,6 +65,7 @@ class Grant:
     access_hash: str  # digest of the newest access token
     rotated_ts: int  # ms: when the newest tokens were issued
     created_ts: int  # ms
+    access_used: bool = False  # whether the newest access token was used (OAuthStore.mark_access_used)
 
     def encode(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -65,11 +92,11 @@ class OAuthStore(abc.ABC):
         """Keep the client `idle` seconds from now (it was used)."""
 
     @abc.abstractmethod
-    async def add_code(self, code_hash: str, record: dict[str, Any], ttl: float) -> None:
+    async def add_code(self, code_hash: str, record: CodeRecord, ttl: float) -> None:
         """Keep an authorization code's record for `ttl` seconds."""
 
     @abc.abstractmethod
-    async def take_code(self, code_hash: str) -> tuple[dict[str, Any], int] | None:
+    async def take_code(self, code_hash: str) -> tuple[CodeRecord, int] | None:
         """The code's record and how many times it was taken, this time included (atomic:
         of two takes at once, exactly one sees 1); None when unknown or expired."""
 
@@ -114,6 +141,12 @@ class OAuthStore(abc.ABC):
     @abc.abstractmethod
     async def delete_grant(self, grant: Grant) -> None:
         """Forget a grant (its refresh tokens stop being found)."""
+
+    @abc.abstractmethod
+    async def mark_access_used(self, user: str, device_id: str, access_hash: str) -> bool:
+        """The first use of an access token: the grant of the user's device whose newest access
+        token it is keeps that it was used (`Grant.access_used`, until the next rotation); True
+        when this marked it, False when it was marked already or is not that grant's newest."""
 
     @abc.abstractmethod
     async def access_used(self, user: str, token_hash: str) -> bool | None:

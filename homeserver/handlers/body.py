@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import urllib.parse
 from typing import Any
 
 from tornado.web import stream_request_body
@@ -14,6 +15,29 @@ from homeserver.jsonio import decode_json_object
 logger = logging.getLogger(__name__)
 
 BODY_METHODS = ("POST", "PUT", "DELETE", "PATCH")
+# The most fields a form of ours has (the token endpoint's has six): more is no client of ours.
+MAX_FORM_FIELDS = 16
+
+
+class FormError(ValueError):
+    """A body that is no application/x-www-form-urlencoded form: not UTF-8 (`undecodable`), or
+    more than MAX_FORM_FIELDS fields."""
+
+    def __init__(self, message: str, *, undecodable: bool = False) -> None:
+        super().__init__(message)
+        self.undecodable = undecodable
+
+
+def parse_form(body: bytes) -> dict[str, list[str]]:
+    """A form's fields, each with its values in order (blank ones kept); FormError otherwise."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise FormError("the form is not UTF-8", undecodable=True) from None
+    try:
+        return urllib.parse.parse_qs(text, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS)
+    except ValueError:
+        raise FormError(f"a form has at most {MAX_FORM_FIELDS} fields") from None
 
 
 @stream_request_body
@@ -22,7 +46,8 @@ class BodyHandler(BaseHandler):
 
     A declared Content-Length over the limit is refused before any byte is read; a chunked
     body is counted as it arrives and dropped once over. Subclasses read it with
-    `json_body()` (a JSON object or a 400) or `body_size()`, or ignore it.
+    `json_body()` (a JSON object or a 400), `form()` (a form's fields) or `body_size()`, or
+    ignore it.
     """
 
     def prepare(self) -> None:
@@ -59,3 +84,7 @@ class BodyHandler(BaseHandler):
         if optional and not raw.strip():
             return {}
         return decode_json_object(raw)
+
+    def form(self) -> dict[str, list[str]]:
+        """The body as an application/x-www-form-urlencoded form (parse_form; FormError)."""
+        return parse_form(self.body_bytes())

@@ -5,22 +5,19 @@
 from __future__ import annotations
 
 import logging
-import urllib.parse
 from typing import Any
 
 from tornado.web import HTTPError
 
 from homeserver.errors import M_TOO_LARGE, M_UNRECOGNIZED, HTTPProblem, MatrixError, StoreUnavailable, unrecognized
-from homeserver.handlers.body import BodyHandler
+from homeserver.handlers.body import BodyHandler, FormError
 from homeserver.jsonio import decode_json_object, encode_json
 from homeserver.oauth import OAuth
 from homeserver.oauth.errors import INVALID_REQUEST, SERVER_ERROR, TEMPORARILY_UNAVAILABLE, OAuthError
-from homeserver.oauth.grants import TokenEndpoint
 from homeserver.oauth.metadata import REGISTRATION_PATH, REVOCATION_PATH, TOKEN_PATH
 
 logger = logging.getLogger(__name__)
 
-MAX_FORM_FIELDS = 16
 NO_STORE = (("Cache-Control", "no-store"), ("Pragma", "no-cache"))
 
 
@@ -42,13 +39,11 @@ class OAuthApiHandler(BodyHandler):
             raise unrecognized()
         return self.hs.oauth
 
-    def form(self) -> dict[str, str]:
-        """An application/x-www-form-urlencoded body, one value per field."""
+    def fields(self) -> dict[str, str]:
+        """The body's form (BodyHandler.form), one value per field; invalid_request otherwise."""
         try:
-            parsed = urllib.parse.parse_qs(
-                self.body_bytes().decode("utf-8"), keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS
-            )
-        except (UnicodeDecodeError, ValueError):
+            parsed = self.form()
+        except FormError:
             raise OAuthError(INVALID_REQUEST, "the body must be a form (application/x-www-form-urlencoded)") from None
         for name, values in parsed.items():
             if len(values) > 1:
@@ -86,23 +81,21 @@ class RegistrationHandler(OAuthApiHandler):
             if exc.status >= 500 or exc.errcode == M_TOO_LARGE:
                 raise
             raise OAuthError("invalid_client_metadata", "the body must be a JSON object") from None
-        self.answer(await oauth.register(body, self.client_ip), 201)
+        self.answer(await oauth.registration.register(body, self.client_ip), 201)
 
 
 class TokenHandler(OAuthApiHandler):
     """POST: the authorization code and refresh token grants."""
 
     async def post(self) -> None:
-        oauth = self.oauth()
-        self.answer(await TokenEndpoint(oauth).token(self.form(), self.client_ip))
+        self.answer(await self.oauth().token.answer(self.fields(), self.client_ip))
 
 
 class RevocationHandler(OAuthApiHandler):
     """POST: revoke either token of a session (200 whatever the token was)."""
 
     async def post(self) -> None:
-        oauth = self.oauth()
-        await TokenEndpoint(oauth).revoke(self.form())
+        await self.oauth().revocation.revoke(self.fields())
         self.answer({})
 
 

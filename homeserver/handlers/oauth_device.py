@@ -33,7 +33,7 @@ class DeviceAuthorizationHandler(OAuthApiHandler):
     async def post(self) -> None:
         oauth = self.oauth()
         base = str(self.hs.config.get("server", "base_url")).rstrip("/")
-        self.answer(await DeviceFlow(oauth).authorize(self.form(), self.client_ip, base + VERIFICATION_PATH))
+        self.answer(await oauth.device.authorize(self.fields(), self.client_ip, base + VERIFICATION_PATH))
 
 
 class DevicePageHandler(PageHandler):
@@ -43,10 +43,11 @@ class DevicePageHandler(PageHandler):
         oauth: OAuth | None = self.hs.oauth
         if oauth is None:
             raise HTTPError(404)
-        return DeviceFlow(oauth)
+        return oauth.device
 
     def show(self, step: str, status: int = 200, **values: Any) -> None:
         values.setdefault("user_code", "")
+        values.setdefault("replaced", None)
         self.render_page(
             "oauth_device.html", status, step=step, path=VERIFICATION_PATH, title="Sign in a device", **values
         )
@@ -66,9 +67,11 @@ class DevicePageHandler(PageHandler):
         if found is None:
             return
         record = found.record
+        user = self.user
+        replaced = await self.flow().grants.replaced(user.name, record["device_id"]) if user is not None else None
         self.show(
             "confirm", client_name=record["client_name"], client_uri=record.get("client_uri", ""),
-            device_id=record["device_id"], user_code=shown(normalize(typed) or typed),
+            device_id=record["device_id"], replaced=replaced, user_code=shown(normalize(typed) or typed),
         )
 
     async def get(self) -> None:

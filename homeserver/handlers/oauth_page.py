@@ -1,12 +1,19 @@
 """The authorization endpoint and its sign-in page (under /account/, so the account page's
 cookie and XSRF cookie reach it): HTML for people, no JavaScript.
 
-GET checks the request: no known client or a redirect URI it did not register is an error
-page, never a redirect; other mistakes go back to the client. Then the page shows the
-client's name and where it will send the person, and asks for the name and password, or,
-for a person signed in on the account page, only for a confirmation. POST (XSRF checked)
-signs in through the same login service as the API (names, e-mail addresses, the limits,
-the lock, the audit line), then sends the browser to the client with the code.
+GET checks the request. The browser is sent to the client only with a code, after the
+person signed in (or, signed in already, confirmed) on a page that showed where it goes:
+anyone may register a client whose redirect is their own site (RFC 9700 4.11.2). Every
+other outcome is a page of ours: no known client or a redirect URI it did not register, a
+request this server does not answer (a bad scope, no PKCE, `prompt=none`), "Cancel". Once
+the person is signed in, that page offers a link back to the client with the error, its
+address shown, for the person to follow or not.
+
+The sign-in page shows the client's name and where it will send the person, and asks for
+the name and password, or, for a person signed in on the account page, only for a
+confirmation. POST (XSRF checked) signs in through the same login service as the API
+(names, e-mail addresses, the limits, the lock, the audit line), then sends the browser to
+the client with the code.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from tornado.web import HTTPError
 from homeserver.errors import PageError
 from homeserver.handlers.page_base import PageHandler
 from homeserver.oauth import OAuth
-from homeserver.oauth.authorization import AuthorizationRequest, RedirectError, single
+from homeserver.oauth.authorize import AuthorizationRequest, Redirect, RedirectError, single
 from homeserver.oauth.errors import ACCESS_DENIED, OAuthError
 from homeserver.oauth.metadata import AUTHORIZATION_PATH
 
@@ -42,27 +49,55 @@ class AuthorizeHandler(PageHandler):
         """The request, or None when an answer (error page or redirect) was already sent."""
         values = single({name: [v.decode("utf-8", "replace") for v in found] for name, found in params.items()})
         try:
-            return await self.oauth().authorization_request(values)
+            return await self.oauth().authorization.request(values)
         except PageError as exc:
-            self.render_page("oauth_error.html", problem=exc, message=exc.message, title="Cannot sign in")
+            self.render_page(
+                "oauth_error.html", problem=exc, message=exc.message, title="Cannot sign in",
+                cancelled=False, back_url=None,
+            )
         except RedirectError as exc:
-            logger.info("oauth: authorization refused on the redirect: %s", exc.error)
-            self.redirect(exc.url, status=303)
+            logger.info("oauth: authorization refused: %s", exc.error)
+            message = f"{exc.client_name} sent a request this server does not answer: {exc.error.description}."
+            self.answer_without_redirect(exc.redirect, exc.error, exc.client_name, PageError(400, message))
         return None
 
-    def show(self, request: AuthorizationRequest, status: int = 200, **values: Any) -> None:
+    def answer_without_redirect(
+        self, redirect: Redirect, error: OAuthError, client_name: str, problem: PageError | None = None
+    ) -> None:
+        """The page of a request refused (`problem`) or cancelled: never a redirect to the client;
+        for a person signed in, a link back to it with the error."""
+        self.render_page(
+            "oauth_error.html", 200, problem=problem, message=problem.message if problem else "",
+            cancelled=problem is None, client_name=client_name, redirect_uri=redirect.redirect_uri,
+            back_url=redirect.error(error) if self.user is not None else None,
+            title="Cannot sign in" if problem else "Cancelled",
+        )
+
+    async def show(
+        self, request: AuthorizationRequest, status: int = 200, *, signed_in_now: bool = False, **values: Any
+    ) -> None:
+        """The sign-in page, or for a person signed in the confirmation (`signed_in_now`: just
+        signed in by its form, whose password `prompt=login` asked for), saying which session
+        of theirs it replaces when the device named has one."""
         # The form may be redirected to the client (CSP form-action covers redirects).
         self.allow("form-action", request.redirect.form_target())
+        user = self.user
+        device_id = request.scope.device_id
+        replaced = await self.oauth().grants.replaced(user.name, device_id) if user is not None else None
+        params = request.params
+        if signed_in_now:  # the password was just given: the confirmation does not ask it again
+            params = {name: value for name, value in params.items() if name != "prompt"}
         values.setdefault("name", "")
         self.render_page(
             "oauth_authorize.html",
             status,
-            request=request,
+            params=params,
             client_name=request.client_name,
             client_uri=str(request.client.get("client_uri", "")),
             redirect_uri=request.redirect.redirect_uri,
-            device_id=request.scope.device_id,
-            confirm=self.user is not None and not request.sign_in_asked,
+            device_id=device_id,
+            replaced=replaced,
+            confirm=user is not None and (signed_in_now or not request.sign_in_asked),
             path=AUTHORIZATION_PATH,
             other_account=AUTHORIZATION_PATH + "?" + urlencode({**request.params, "prompt": "login"}),
             title=f"Sign in to {request.client_name}",
@@ -72,7 +107,7 @@ class AuthorizeHandler(PageHandler):
     async def get(self) -> None:
         request = await self.checked(self.request.query_arguments)
         if request is not None:
-            self.show(request)
+            await self.show(request)
 
     async def post(self) -> None:
         request = await self.checked(self.request.body_arguments)
@@ -80,7 +115,8 @@ class AuthorizeHandler(PageHandler):
             return
         op = self.get_body_argument("op", "")
         if op == "deny":
-            self.redirect(request.redirect.error(OAuthError(ACCESS_DENIED, "the person did not allow it")), status=303)
+            denied = OAuthError(ACCESS_DENIED, "the person did not allow it")
+            self.answer_without_redirect(request.redirect, denied, request.client_name)
             return
         user = self.user
         if op == "sign_in":
@@ -88,13 +124,17 @@ class AuthorizeHandler(PageHandler):
             try:
                 user = await self.form_sign_in(name, self.get_body_argument("password", ""), AUDIT_REASON)
             except PageError as said:
-                self.show(request, problem=said, name=name)
+                await self.show(request, problem=said, name=name)
+                return
+            if await self.oauth().grants.replaced(user.name, request.scope.device_id) is not None:
+                # It would end a session of theirs: the page says which, and the person confirms.
+                await self.show(request, signed_in_now=True)
                 return
         elif op != "confirm" or user is None or request.sign_in_asked:
-            self.show(request, 401 if op == "confirm" else 400, error="Sign in to continue.")
+            await self.show(request, 401 if op == "confirm" else 400, error="Sign in to continue.")
             return
         assert user is not None
-        target = await self.oauth().issue_code(request, user)
+        target = await self.oauth().authorization.issue_code(request, user)
         logger.info("oauth: %s authorized client %s, device %s", user.name, request.client_id, request.scope.device_id)
         self.redirect(target, status=303)
 

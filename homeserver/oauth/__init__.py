@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from homeserver.config import Config
+from homeserver.oauth.metadata import issuer_of
 from homeserver.oauth.service import OAuth, OAuthSettings
 
 if TYPE_CHECKING:
@@ -30,7 +31,8 @@ def build_oauth(
     tokens: TokenIssuer,
     delegation: Delegation | None,
 ) -> OAuth | None:
-    """The OAuth service when `[oauth] enabled`; None otherwise."""
+    """The OAuth service when `[oauth] enabled`; None otherwise. Its sessions are opened and
+    ended through the devices' Sessions service (`devices.sessions`, on `store`)."""
     section = config.section("oauth")
     if not section["enabled"]:
         return None
@@ -38,9 +40,9 @@ def build_oauth(
         OAuthSettings(
             access_token_lifetime=section["access_token_lifetime"],
             device_code_lifetime=section["device_code_lifetime"],
+            issuer=issuer_of(config.get("server", "base_url")),
         ),
         store.oauth(),
-        sessions=store,
         buckets=store.buckets(),
         users=users,
         devices=devices,

@@ -1,56 +1,25 @@
-"""Dynamic client registration (RFC 7591) with the Matrix rules, and the redirect URI check of
-the authorization endpoint.
-
-Clients are public (`token_endpoint_auth_method` none). Redirect URIs never carry a fragment;
-`web` clients use https on the host of their `client_uri` (or a subdomain); `native` clients use
-a private-use scheme in reverse-DNS of that host with no authority, or http on the loopback
-(`localhost`, `127.0.0.1`, `[::1]`) where any port is accepted at authorization (RFC 8252 7.3).
-"""
+"""What the authorization endpoint and the device grant know of a registered client: whether a
+redirect URI is one of its own (exactly, or for an http loopback URI on any port: RFC 8252
+7.3), and the name people are shown for it, with no character that reorders or hides text."""
 
 from __future__ import annotations
 
-import ipaddress
 import re
-import secrets
-import string
 import unicodedata
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
-from homeserver.oauth.errors import INVALID_CLIENT_METADATA, INVALID_REDIRECT_URI, OAuthError
-from homeserver.oauth.metadata import DEVICE_CODE_GRANT
-
-GRANT_TYPES = ("authorization_code", "refresh_token", DEVICE_CODE_GRANT)
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
-MAX_REDIRECT_URIS = 20
-MAX_URI = 2048
-MAX_NAME = 256
-CLIENT_ID_ALPHABET = string.ascii_uppercase + string.digits
-OTHER_URIS = ("logo_uri", "tos_uri", "policy_uri")
-# The characters of an RFC 3986 URI (no space, backslash, quote, angle bracket or non-ASCII:
-# a browser reads such a URI otherwise than urlsplit does, e.g. `\\` ends the authority).
-URI_CHARS = re.compile(r"[A-Za-z0-9._~:/?#\[\]@!$&'()*+,;=%-]+")
-# A host a browser reads as urlsplit does: a DNS name or an IP literal (no %-escapes).
-HOST = re.compile(r"[a-z0-9_]([a-z0-9._-]*[a-z0-9_])?|[0-9a-f:.]+")  # urlsplit's hostname: lower case, no brackets
-
-
-def metadata_error(description: str) -> OAuthError:
-    return OAuthError(INVALID_CLIENT_METADATA, description)
-
-
-def _split(value: Any, name: str, error: str = INVALID_CLIENT_METADATA) -> SplitResult:
-    if not isinstance(value, str) or not value or len(value) > MAX_URI:
-        raise OAuthError(error, f"{name} must be a URI of at most {MAX_URI} characters")
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 - raises ValueError for a bad port
-    except ValueError:
-        raise OAuthError(error, f"{name} is not a valid URI") from None
-    if not parts.scheme or not URI_CHARS.fullmatch(value):
-        raise OAuthError(error, f"{name} is not an absolute URI (RFC 3986 characters only)")
-    if parts.scheme.lower() in ("http", "https") and not HOST.fullmatch(parts.hostname or ""):
-        raise OAuthError(error, f"{name} must name its host as a DNS name or an IP address")
-    return parts
+# What no name people are shown may hold: controls (a line break forges log lines), format
+# characters (U+202E and the other bidirectional controls reorder the rest of the line, the
+# address shown after the name among it; U+00AD, U+2060, U+FEFF and the tags hide), line and
+# paragraph separators, private-use, unassigned and surrogate code points. The zero-width
+# non-joiner and joiner stay: Persian, the Indic scripts and emoji need them.
+HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+JOINERS = frozenset("\u200c\u200d")
+# An http loopback redirect URI as a browser is sent to it: the scheme and host in lower case,
+# a port of 1-65535 without a leading zero (or none), then a path and query with no fragment.
+LOOPBACK_URI = re.compile(r"http://(localhost|127\.0\.0\.1|\[::1\])(?::([1-9][0-9]{0,4}))?(/[^#]*)?")
 
 
 def loopback_host(netloc: str) -> str | None:
@@ -60,159 +29,42 @@ def loopback_host(netloc: str) -> str | None:
     return host if host in LOOPBACK_HOSTS else None
 
 
-def _host(parts: SplitResult) -> str:
+def host_of(parts: SplitResult) -> str:
+    """A URI's host, lower case (no brackets around an IPv6 address)."""
     return (parts.hostname or "").lower()
 
 
-def _under(host: str, base: str) -> bool:
-    """The same host as `base`, or a subdomain of it."""
-    return bool(base) and (host == base or host.endswith("." + base))
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        return False
-    return True
-
-
-def _check_redirect(uri: Any, application_type: str, base: str) -> str:
-    parts = _split(uri, "redirect_uris", INVALID_REDIRECT_URI)
-    assert isinstance(uri, str)
-    if parts.fragment or "#" in uri:
-        raise OAuthError(INVALID_REDIRECT_URI, f"{uri}: a redirect URI must not have a fragment")
-    scheme = parts.scheme.lower()
-    if scheme == "https":
-        if parts.username is not None or parts.password is not None:
-            raise OAuthError(INVALID_REDIRECT_URI, f"{uri}: no user or password in a redirect URI")
-        if not _under(_host(parts), base):
-            raise OAuthError(INVALID_REDIRECT_URI, f"{uri}: must be on the host of client_uri ({base}) or under it")
-        return uri
-    if application_type != "native":
-        raise OAuthError(INVALID_REDIRECT_URI, f"{uri}: a web client's redirect URIs must use https")
-    if scheme == "http":
-        if loopback_host(parts.netloc) is None:
-            raise OAuthError(INVALID_REDIRECT_URI, f"{uri}: http only on localhost, 127.0.0.1 or [::1]")
-        if parts.username is not None:
-            raise OAuthError(INVALID_REDIRECT_URI, f"{uri}: no user or password in a redirect URI")
-        return uri
-    # A private-use scheme: the reverse-DNS of the client_uri host (a domain name: it has a
-    # period, RFC 8252 7.1, so never javascript: or data:), with no authority.
-    reverse = ".".join(reversed(base.split(".")))
-    if not base or _is_ip(base) or "." not in base or not (scheme == reverse or scheme.startswith(reverse + ".")):
-        wanted = reverse or "the reverse-DNS of client_uri's host"
-        raise OAuthError(INVALID_REDIRECT_URI, f"{uri}: a private-use scheme must start with {wanted}")
-    if uri[len(scheme) + 1:].startswith("//"):
-        raise OAuthError(INVALID_REDIRECT_URI, f"{uri}: a private-use scheme URI must have no authority (one slash)")
-    return uri
-
-
-def _string(body: dict[str, Any], name: str, limit: int = MAX_URI) -> str | None:
-    value = body.get(name)
-    if value is None:
+def _loopback(uri: str) -> tuple[str, str] | None:
+    """An http loopback URI's host and what follows its port (path and query), or None for any
+    other URI (or one with a fragment mark, an upper-case scheme or host, a port out of 1-65535
+    or written with a leading zero)."""
+    found = LOOPBACK_URI.fullmatch(uri)
+    if found is None or (found[2] is not None and int(found[2]) > 65535):
         return None
-    if not isinstance(value, str) or len(value) > limit or not _is_text(value):
-        raise metadata_error(f"{name} must be a string of at most {limit} characters")
-    return value
-
-
-def _is_text(value: str) -> bool:
-    """Whether a JSON string is text (not a lone surrogate from a `\\ud800` escape, which no
-    answer could carry)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def register(body: Any) -> dict[str, Any]:
-    """The metadata to keep for a registration request (a JSON object), with a new `client_id`;
-    OAuthError `invalid_redirect_uri` or `invalid_client_metadata` when refused."""
-    if not isinstance(body, dict):
-        raise metadata_error("the registration request must be a JSON object")
-    application_type = body.get("application_type", "web")
-    if application_type not in ("web", "native"):
-        raise metadata_error("application_type must be web or native")
-    client_uri = _string(body, "client_uri")
-    if client_uri is None:
-        raise metadata_error("client_uri is required")
-    client_parts = _split(client_uri, "client_uri")
-    if client_parts.scheme.lower() != "https" and not (
-        client_parts.scheme.lower() == "http" and _host(client_parts) in ("localhost", "127.0.0.1", "::1")
-    ):
-        raise metadata_error("client_uri must use https")
-    if client_parts.fragment or client_parts.username is not None:
-        raise metadata_error("client_uri must have no fragment, user or password")
-    base = _host(client_parts)
-    auth_method = body.get("token_endpoint_auth_method", "none")
-    if auth_method != "none":
-        raise metadata_error("only public clients: token_endpoint_auth_method must be none")
-    grant_types = body.get("grant_types", ["authorization_code"])
-    if not isinstance(grant_types, list) or not all(isinstance(g, str) for g in grant_types):
-        raise metadata_error("grant_types must be a list of strings")
-    # A program without a browser registers for the device grant alone: no redirect, no code.
-    device_only = DEVICE_CODE_GRANT in grant_types and "authorization_code" not in grant_types
-    if "authorization_code" not in grant_types and not device_only:
-        raise metadata_error(f"grant_types must include authorization_code or {DEVICE_CODE_GRANT}")
-    response_types = body.get("response_types", [] if device_only else ["code"])
-    if response_types != ["code"] and not (device_only and response_types == []):
-        raise metadata_error("response_types must be [\"code\"]")
-    redirect_uris = body.get("redirect_uris", [] if device_only else None)
-    if device_only and redirect_uris == []:
-        pass
-    elif not isinstance(redirect_uris, list) or not redirect_uris or len(redirect_uris) > MAX_REDIRECT_URIS:
-        raise OAuthError(INVALID_REDIRECT_URI, f"redirect_uris must list 1 to {MAX_REDIRECT_URIS} URIs")
-    metadata: dict[str, Any] = {
-        "client_id": "".join(secrets.choice(CLIENT_ID_ALPHABET) for _ in range(26)),
-        "application_type": application_type,
-        "client_uri": client_uri,
-        "redirect_uris": [_check_redirect(uri, application_type, base) for uri in redirect_uris],
-        "grant_types": [g for g in GRANT_TYPES if g in grant_types],
-        "response_types": [] if device_only else ["code"],
-        "token_endpoint_auth_method": "none",
-    }
-    name = _string(body, "client_name", MAX_NAME)
-    if name and any(unicodedata.category(c) == "Cc" for c in name):
-        # Logged here, shown on pages and the device's display name: a line break would forge log lines.
-        raise metadata_error("client_name must have no control characters")
-    if name:
-        metadata["client_name"] = name
-    for key in OTHER_URIS:
-        value = _string(body, key)
-        if value is not None:
-            parts = _split(value, key)
-            if parts.scheme.lower() not in ("https", "http") or not _under(_host(parts), base):
-                raise metadata_error(f"{key} must be on the host of client_uri")
-            metadata[key] = value
-    return metadata
+    return found[1], found[3] or ""
 
 
 def redirect_matches(registered: list[str], given: str) -> bool:
     """Whether `given` is one of the client's redirect URIs: exactly, or for an http loopback URI
-    with any port (RFC 8252 7.3)."""
+    exactly but for its port, which may be any (RFC 8252 7.3; RFC 9700 4.1.3: exact string
+    matching). No trailing `?` or `#`, no other spelling of the scheme or the host, no port 0."""
     if given in registered:
         return True
-    try:
-        parts = urlsplit(given)
-        port = parts.port
-    except ValueError:
-        return False
-    if parts.scheme != "http" or port is None or parts.hostname is None:
-        return False
-    host = loopback_host(parts.netloc)
-    if host is None:
-        return False
-    without_port = parts._replace(netloc=host).geturl()
-    for uri in registered:
-        mine = urlsplit(uri)
-        if mine.scheme == "http" and loopback_host(mine.netloc) == host:
-            if mine._replace(netloc=host).geturl() == without_port:
-                return True
-    return False
+    mine = _loopback(given)
+    return mine is not None and any(_loopback(uri) == mine for uri in registered)
+
+
+def hidden(char: str) -> bool:
+    """Whether a character reorders or hides text (HIDDEN_CATEGORIES)."""
+    return unicodedata.category(char) in HIDDEN_CATEGORIES and char not in JOINERS
+
+
+def without_hidden(text: str) -> str:
+    return "".join(char for char in text if not hidden(char))
 
 
 def display_name(metadata: dict[str, Any]) -> str:
-    """What people are shown as the client's name: its client_name, else its client_uri's host."""
-    return str(metadata.get("client_name") or _host(urlsplit(str(metadata.get("client_uri", "")))) or "An application")
+    """What people are shown as the client's name: its client_name, else its client_uri's host
+    (no hidden characters: registration refuses them, and a name kept from before loses them)."""
+    host = host_of(urlsplit(str(metadata.get("client_uri", ""))))
+    return without_hidden(str(metadata.get("client_name") or "")) or host or "An application"

@@ -13,7 +13,7 @@ the short user code, and the program, polling the token endpoint, gets its token
 - Polling sooner than `interval` after the previous poll is `slow_down`; a code past its life
   is `expired_token` (it is remembered for a while after, then unknown: `invalid_grant`).
 - The scope rules are the code grant's (homeserver.oauth.scopes); the tokens are opened as
-  the code grant opens them (homeserver.oauth.grants, `open_grant`), after reading the user
+  the code grant opens them (homeserver.oauth.grants, `Grants.open`), after reading the user
   again, so a user changed or locked since the approval gets nothing. When they cannot be
   opened for a while (Synapse or a store away: 503), the approval stands for the next poll.
 """
@@ -23,13 +23,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from backends.base import StoreUnavailable, User
-from backends.sessions.oauth import APPROVED, DENIED, PENDING, USED, DeviceAuthorization
+from backends.sessions.oauth import APPROVED, DENIED, PENDING, USED, DeviceAuthorization, OAuthStore
 from homeserver.errors import MatrixError, PageError
 from homeserver.oauth.clients import display_name
+from homeserver.oauth.common import PENDING_CLIENT, AddressLimits, new_token, now_ms, same_text
 from homeserver.oauth.errors import (
     ACCESS_DENIED,
     INVALID_CLIENT,
@@ -41,9 +41,9 @@ from homeserver.oauth.errors import (
     retry_after,
     too_many,
 )
+from homeserver.oauth.grants import Grants, Issued, SignIn
 from homeserver.oauth.metadata import DEVICE_CODE_GRANT
 from homeserver.oauth.scopes import parse_scope
-from homeserver.oauth.service import CLIENT_IDLE, OAuth, new_token, now_ms, same_text
 from homeserver.sessions import token_digest
 
 logger = logging.getLogger(__name__)
@@ -56,13 +56,13 @@ MAX_DEVICE_CODE = 128
 # Per client address, a burst then one per interval: requests for codes, and codes typed.
 AUTHORIZE_BURST, AUTHORIZE_INTERVAL = 20, 6.0
 TYPED_BURST, TYPED_INTERVAL = 10, 6.0
+# Requests for codes for the whole server, whatever their addresses (each is kept until it
+# expires): a burst, then one per interval.
+GLOBAL_BURST, GLOBAL_INTERVAL = 200, 0.5
 
 EXPIRED_TOKEN = "expired_token"
 AUTHORIZATION_PENDING = "authorization_pending"
 SLOW_DOWN = "slow_down"
-
-OpenGrant = Callable[[dict[str, Any], str, str, str], Awaitable[dict[str, Any]]]
-
 
 def new_user_code() -> str:
     return "".join(secrets.choice(USER_CODE_ALPHABET) for _ in range(USER_CODE_LENGTH))
@@ -89,23 +89,25 @@ def _digest(code: str) -> str:
 class DeviceFlow:
     """The device authorization endpoint, the page's steps and the token endpoint's polls."""
 
-    def __init__(self, oauth: OAuth) -> None:
-        self.oauth = oauth
-
-    @property
-    def lifetime(self) -> int:
-        return self.oauth.settings.device_code_lifetime
+    def __init__(self, store: OAuthStore, grants: Grants, limits: AddressLimits, lifetime: int) -> None:
+        self.store = store
+        self.grants = grants
+        self.limits = limits
+        self.lifetime = lifetime  # seconds a device authorization's codes live
 
     # -- the device authorization endpoint (RFC 8628 3.1, 3.2) ----------------------------
 
     async def authorize(self, form: dict[str, str], client_ip: str, verification_uri: str) -> dict[str, Any]:
-        wait = await self.oauth.limit("oauth-device:" + client_ip, AUTHORIZE_INTERVAL, AUTHORIZE_BURST)
+        wait = await self.limits.wait("oauth-device", client_ip, AUTHORIZE_INTERVAL, AUTHORIZE_BURST)
         if wait > 0:
             raise too_many("too many device authorization requests from this address", wait)
+        wait = await self.limits.overall("oauth-device", GLOBAL_INTERVAL, GLOBAL_BURST)
+        if wait > 0:
+            raise too_many("too many device authorization requests on this server: try again later", wait)
         client_id = form.get("client_id", "")
         if not client_id:
             raise invalid_request("client_id is required")
-        client = await self.oauth.store.client(client_id) if len(client_id) <= 64 else None
+        client = await self.store.client(client_id) if len(client_id) <= 64 else None
         if client is None:
             raise OAuthError(INVALID_CLIENT, "the client is unknown or its registration expired", 401)
         if DEVICE_CODE_GRANT not in client.get("grant_types", []):
@@ -120,13 +122,13 @@ class DeviceFlow:
         }
         for _ in range(8):  # a user code already live is drawn again
             user_code = new_user_code()
-            if await self.oauth.store.add_device_code(
+            if await self.store.add_device_code(
                 token_digest(device_code), _digest(user_code), record, self.lifetime + REMEMBERED
             ):
                 break
         else:
             raise OAuthError(TEMPORARILY_UNAVAILABLE, "no free user code: try again", 503, {"Retry-After": "1"})
-        await self.oauth.store.touch_client(client_id, CLIENT_IDLE)
+        await self.store.touch_client(client_id, PENDING_CLIENT)
         logger.info("oauth: device authorization requested by client %s for device %s", client_id, scope.device_id)
         return {
             "device_code": device_code,
@@ -142,13 +144,13 @@ class DeviceFlow:
     async def find(self, typed: str, client_ip: str) -> DeviceAuthorization:
         """The pending authorization of a typed user code; PageError otherwise (rate-limited
         per address, as every typed code counts)."""
-        wait = await self.oauth.limit("oauth-user-code:" + client_ip, TYPED_INTERVAL, TYPED_BURST)
+        wait = await self.limits.wait("oauth-user-code", client_ip, TYPED_INTERVAL, TYPED_BURST)
         if wait > 0:
             raise PageError(
                 429, "Too many codes were tried from your address. Wait a minute and try again.", retry_after(wait)
             )
         code = normalize(typed)
-        found = await self.oauth.store.device_code_by_user_code(_digest(code)) if code else None
+        found = await self.store.device_code_by_user_code(_digest(code)) if code else None
         if found is None or code is None:
             raise PageError(
                 400, "That code is not right, or it has expired. Check it on your device and type it again."
@@ -164,14 +166,14 @@ class DeviceFlow:
         if now_ms() > int(found.record["expires_ts"]):
             return False
         if allow:
-            fingerprint = self.oauth.credentials.of(user)
+            fingerprint = self.grants.credentials.of(user)
             decision = {
                 "user": user.name, "identity_fp": fingerprint.identity, "password_fp": fingerprint.password,
                 "ip": client_ip, "ts": now_ms(),
             }
         else:
             decision = {"user": user.name, "ts": now_ms()}
-        done = await self.oauth.store.decide_device_code(found.device_hash, APPROVED if allow else DENIED, decision)
+        done = await self.store.decide_device_code(found.device_hash, APPROVED if allow else DENIED, decision)
         if done:
             logger.info(
                 "oauth: %s %s the device sign-in of client %s, device %s", user.name,
@@ -181,7 +183,7 @@ class DeviceFlow:
 
     # -- the token endpoint (RFC 8628 3.4, 3.5) ---------------------------------------------
 
-    async def poll(self, form: dict[str, str], client_ip: str, open_grant: OpenGrant) -> dict[str, Any]:
+    async def poll(self, form: dict[str, str], client_ip: str) -> Issued:
         device_code = form.get("device_code", "")
         client_id = form.get("client_id", "")
         if not device_code:
@@ -190,7 +192,7 @@ class DeviceFlow:
             raise invalid_request("client_id is required")
         digest = token_digest(device_code)
         found = (
-            await self.oauth.store.poll_device_code(digest, now_ms(), INTERVAL * 1000)
+            await self.store.poll_device_code(digest, now_ms(), INTERVAL * 1000)
             if len(device_code) <= MAX_DEVICE_CODE else None
         )
         if found is None:
@@ -209,16 +211,17 @@ class DeviceFlow:
         if found.state == PENDING:
             raise OAuthError(AUTHORIZATION_PENDING, "the person has not answered yet")
         decision = found.decision
-        made = {
-            **record, "user": decision["user"], "identity_fp": decision["identity_fp"],
-            "password_fp": decision["password_fp"],
-        }
+        sign_in = SignIn(
+            user=decision["user"], device_id=record["device_id"], client_id=record["client_id"],
+            client_name=str(record.get("client_name") or ""), scope=record["scope"],
+            identity_fp=decision["identity_fp"], password_fp=decision["password_fp"],
+        )
         try:
-            return await open_grant(made, "d" + digest[:31], client_ip, "oauth device grant")
+            return await self.grants.open(sign_in, "d" + digest[:31], client_ip, "oauth device grant")
         except (StoreUnavailable, MatrixError, OAuthError) as exc:
             status = getattr(exc, "status", 503)
             if status >= 500:  # Synapse or a store away: the approval stands for the next poll
                 with contextlib.suppress(StoreUnavailable):
-                    await self.oauth.store.decide_device_code(digest, APPROVED, decision, expected=USED)
+                    await self.store.decide_device_code(digest, APPROVED, decision, expected=USED)
             raise
 

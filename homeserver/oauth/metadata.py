@@ -27,19 +27,26 @@ UNSTABLE_ACCOUNT_ACTIONS = ("org.matrix.sessions_list", "org.matrix.session_view
 SCOPES = ("urn:matrix:client:api:*", "urn:matrix:org.matrix.msc2967.client:api:*", "openid")
 
 
+def issuer_of(base_url: str) -> str:
+    """The issuer identifier: the base URL with one trailing slash (what Synapse and clients compare)."""
+    return base_url.rstrip("/") + "/"
+
+
 def server_metadata(base_url: str, *, introspection: bool = False, unstable: bool = False) -> dict[str, Any]:
     """The metadata document; with `introspection` (delegation) the endpoint Synapse calls, with
     `unstable` (MSC2965's path) the unstable account action names too."""
     base = base_url.rstrip("/")
     actions = list(ACCOUNT_ACTIONS) + (list(UNSTABLE_ACCOUNT_ACTIONS) if unstable else [])
     document: dict[str, Any] = {
-        "issuer": base + "/",
+        "issuer": issuer_of(base),
         "authorization_endpoint": base + AUTHORIZATION_PATH,
         "token_endpoint": base + TOKEN_PATH,
         "revocation_endpoint": base + REVOCATION_PATH,
         "registration_endpoint": base + REGISTRATION_PATH,
         "response_types_supported": ["code"],
         "response_modes_supported": ["query", "fragment"],
+        # RFC 9207: every authorization response (codes and errors) names its issuer (`iss`).
+        "authorization_response_iss_parameter_supported": True,
         "grant_types_supported": ["authorization_code", "refresh_token", DEVICE_CODE_GRANT],
         "device_authorization_endpoint": base + DEVICE_AUTHORIZATION_PATH,
         "code_challenge_methods_supported": ["S256"],

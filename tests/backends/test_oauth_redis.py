@@ -3,6 +3,7 @@ lost answer retried, a replay, revocation, and a user removed between refreshes.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -55,3 +56,29 @@ async def test_a_code_is_used_once_and_a_removed_user_ends_on_redis(client, fetc
     tokens = await client.login("REDIS00004")
     await edit_users(backend, users_path, [DEFAULT_USERS[1]])
     invalid_grant(await client.refresh(tokens["refresh_token"]))
+
+
+class TestShortLifetime:
+    @pytest.fixture
+    def config_overrides(self, redis_url):
+        prefix = f"test:{uuid.uuid4().hex}:"
+        return {"oauth": {"enabled": True, "access_token_lifetime": 1}, "sessions": {"store": "redis"},
+                "sessions.redis": {"url": redis_url, "key_prefix": prefix}}
+
+    async def test_a_replay_after_the_used_access_token_expired_ends_the_session_on_redis(self, client, fetch, hs):
+        # Issue 34, finding 2: on Redis the access token's session key expires with it; the
+        # grant keeps that it was used.
+        first = await client.login("REDIS00005")
+        second = assert_json(await client.refresh(first["refresh_token"]))
+        await use(fetch, hs, second["access_token"])
+        await asyncio.sleep(2.2)
+        invalid_grant(await client.refresh(first["refresh_token"]))
+        invalid_grant(await client.refresh(second["refresh_token"]))
+        assert await hs.devices.list_devices("alice") == []
+
+    async def test_a_lost_answer_is_retried_after_the_new_access_token_expired_unused_on_redis(self, client, fetch):
+        first = await client.login("REDIS00006")
+        assert_json(await client.refresh(first["refresh_token"]))  # lost
+        await asyncio.sleep(2.2)
+        retried = assert_json(await client.refresh(first["refresh_token"]))
+        assert_json(await fetch(WHOAMI, token=retried["access_token"]))

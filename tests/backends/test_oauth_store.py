@@ -9,7 +9,7 @@ import pytest
 
 from backends.base import StoreUnavailable
 from backends.sessions import Session, create_session_store
-from backends.sessions.oauth import Grant
+from backends.sessions.oauth import CodeRecord, Grant
 from tests.backends.test_session_store import store_options
 
 
@@ -35,6 +35,13 @@ def sqlite_store(request, tmp_path, io_loop):
     io_loop.run_sync(sessions.close)
 
 
+def code(user: str = "alice") -> CodeRecord:
+    return CodeRecord(
+        client_id="c1", client_name="App", redirect_uri="http://127.0.0.1/cb", code_challenge="x" * 43, user=user,
+        device_id="D1", scope="s", identity_fp="i", password_fp="p", created_ts=1,
+    )
+
+
 def grant(refresh: str = "r1", previous: str = "", grant_id: str = "g1", device: str = "D1", **kw) -> Grant:
     values = dict(
         grant_id=grant_id, user="alice", device_id=device, client_id="c1", scope="s", refresh_hash=refresh,
@@ -56,17 +63,17 @@ async def test_clients_are_kept_and_expire_idle(oauth_store):
 
 
 async def test_a_code_is_taken_once_and_counted_after(oauth_store):
-    await oauth_store.add_code("h", {"user": "alice"}, 60)
-    assert await oauth_store.take_code("h") == ({"user": "alice"}, 1)
-    assert await oauth_store.take_code("h") == ({"user": "alice"}, 2)
+    await oauth_store.add_code("h", code("alice"), 60)
+    assert await oauth_store.take_code("h") == (code("alice"), 1)
+    assert await oauth_store.take_code("h") == (code("alice"), 2)
     assert await oauth_store.take_code("unknown") is None
-    await oauth_store.add_code("gone", {}, 0.05)
+    await oauth_store.add_code("gone", code(), 0.05)
     await asyncio.sleep(0.15)
     assert await oauth_store.take_code("gone") is None
 
 
 async def test_concurrent_takes_see_one_first_use(oauth_store):
-    await oauth_store.add_code("race", {"n": 1}, 60)
+    await oauth_store.add_code("race", code(), 60)
     results = await asyncio.gather(*(oauth_store.take_code("race") for _ in range(5)))
     assert sorted(uses for _, uses in results) == [1, 2, 3, 4, 5]
 
@@ -197,7 +204,7 @@ async def test_a_rotation_caps_only_the_tokens_it_retires(sqlite_store):
 async def test_a_take_is_given_back_only_while_no_other_came(oauth_store):
     # The tokens of a code could not be made for a while (503): the code stands for a retry,
     # unless another use took it meanwhile (then it stays spent).
-    await oauth_store.add_code("back", {"user": "alice"}, 60)
+    await oauth_store.add_code("back", code("alice"), 60)
     assert (await oauth_store.take_code("back"))[1] == 1
     await oauth_store.give_back_code("back", 1)
     assert (await oauth_store.take_code("back"))[1] == 1
@@ -223,3 +230,32 @@ async def test_a_failed_commit_of_an_oauth_write_is_rolled_back(sqlite_store):
     await sqlite_store.open(Session("h1", "alice", "D1", 1, "10.0.0.1", 1), None)
     assert await oauth.client("c1") is None
     assert (await oauth.client("c2"))["client_name"] == "kept"
+
+
+async def test_the_first_use_of_the_newest_access_token_is_kept_with_the_grant(oauth_store):
+    # Issue 34, finding 2: whether the newest access token was used outlives its session (which
+    # expires with the token), so a replay of the previous refresh token after that is seen.
+    await oauth_store.add_grant(grant("r1"), 60)
+    assert (await oauth_store.device_grant("alice", "D1")).access_used is False
+    assert await oauth_store.mark_access_used("alice", "D1", "a-other") is False  # not the newest
+    assert await oauth_store.mark_access_used("bob", "D1", "a-r1") is False
+    assert await oauth_store.mark_access_used("alice", "D1", "a-r1") is True
+    assert await oauth_store.mark_access_used("alice", "D1", "a-r1") is False  # once
+    for found in (await oauth_store.device_grant("alice", "D1"), await oauth_store.grant_by_refresh("r1")):
+        assert found is not None and found.access_used is True and found.refresh_hash == "r1"
+    # A rotation brings a new access token, not yet used; the old one's use changes nothing now.
+    assert await oauth_store.rotate_grant("r1", grant("r2", "r1"), 60) is True
+    assert (await oauth_store.grant_by_refresh("r1")).access_used is False
+    assert await oauth_store.mark_access_used("alice", "D1", "a-r1") is False
+    assert (await oauth_store.grant_by_refresh("r2")).access_used is False
+    assert await oauth_store.mark_access_used("alice", "D1", "a-r2") is True
+    assert (await oauth_store.grant_by_refresh("r1")).access_used is True
+
+
+async def test_a_touch_never_shortens_a_clients_life(oauth_store):
+    # A sign-in attempt keeps a client an hour (issue 34, finding 4); one kept longer already
+    # (a sign-in completed through it) keeps its longer life.
+    await oauth_store.add_client("c1", {"client_name": "App"}, 60)
+    await oauth_store.touch_client("c1", 0.05)
+    await asyncio.sleep(0.15)
+    assert await oauth_store.client("c1") is not None

@@ -25,9 +25,11 @@ class DeviceClient(OAuthClient):
             self.client_id = resp.json["client_id"]
         return self.client_id
 
-    async def ask(self, device: str = "DEVICEDDDD", **overrides: str) -> Response:
+    async def ask(self, device: str = "DEVICEDDDD", *, client_ip: str | None = None, **overrides: str) -> Response:
+        """A device authorization request (from `client_ip`, as a proxy in front passes it on)."""
         form = {"client_id": await self.ensure_client(), "scope": scope(device), **overrides}
-        return await self.fetch(self.path("device_authorization_endpoint"), "POST", body=urlencode(form), headers=FORM)
+        headers = {**FORM, "X-Forwarded-For": client_ip} if client_ip else FORM
+        return await self.fetch(self.path("device_authorization_endpoint"), "POST", body=urlencode(form), headers=headers)
 
     async def codes(self, device: str = "DEVICEDDDD", **overrides: str) -> dict[str, Any]:
         resp = await self.ask(device, **overrides)

@@ -202,3 +202,26 @@ async def test_codes_are_never_logged(client, person, caplog, quick):
     for secret in (codes["device_code"], user_code, user_code.replace("-", "")):
         assert secret not in logged
     assert "/account/device?user_code=redacted" in logged  # the access line, scrubbed
+
+
+async def test_the_confirmation_says_the_name_is_unverified_and_warns_of_codes_sent_by_others(fetch, person, quick):
+    # RFC 8628 5.4, RFC 7591 5 (issue 34, finding 3): anyone can register a device-only client
+    # called "Element X" with Element's address, and send the complete URI to a victim.
+    borrowed = DeviceClient(fetch)
+    await borrowed.discover()
+    resp = await fetch(borrowed.path("registration_endpoint"), "POST", json_body={
+        "client_name": "Element X", "client_uri": "https://app.element.io/", "application_type": "native",
+        "token_endpoint_auth_method": "none", "grant_types": [DEVICE_GRANT, "refresh_token"]})
+    borrowed.client_id = assert_json(resp, 201)["client_id"]
+    codes = await borrowed.codes("PHISHED01")
+    page = await person.open(codes["verification_uri_complete"])
+    page = await person.submit(name="alice", password="wonderland")
+    html = " ".join(text(page).split())
+    assert 'value="allow"' in html
+    assert "calls itself <strong>Element X</strong>" in html and "https://app.element.io/" in html
+    assert "has not verified" in html
+    assert "did not start" in html and "deny" in html.lower()
+    # The sign-in page of the code grant says the same of the name and address.
+    client = DeviceClient(fetch)
+    authorize = await client.authorize_page(await client.params())
+    assert "has not verified" in " ".join(text(authorize).split())

@@ -147,7 +147,8 @@ async def test_prompt_login_asks_for_the_password_and_prompt_none_is_refused(cli
     assert (await client.submit(page, op="confirm")).status == 401
     params = await client.params("THIRDDEVICE", prompt="none")
     resp = await client.authorize_page(params)
-    assert resp.status == 303 and redirect_values(resp.headers["Location"])["error"] == "login_required"
+    assert resp.status == 400 and "Location" not in resp.headers  # a page, never a redirect (34.1)
+    assert "error=login_required" in text(resp)  # the link the person may follow back
 
 
 async def test_a_wrong_password_stays_on_the_page(client):
@@ -158,14 +159,30 @@ async def test_a_wrong_password_stays_on_the_page(client):
     assert resp.status == 303
 
 
-async def test_cancel_is_access_denied_on_the_redirect(client):
+async def test_cancel_before_signing_in_sends_nobody_anywhere(client):
+    # RFC 9700 4.11.2 (issue 34, finding 1): "Cancel" on the sign-in page of a client made for
+    # it must not take the browser to the client's site.
     params = await client.params()
     page = await client.authorize_page(params)
     resp = await client.submit(page, op="deny")
-    assert resp.status == 303
-    assert redirect_values(resp.headers["Location"]) == {
+    assert resp.status == 200 and "Location" not in resp.headers, resp
+    html = text(resp)
+    assert "Nothing was shared" in html and "not sent anywhere" in html and REDIRECT not in html
+
+
+async def test_cancel_after_signing_in_offers_the_way_back(client):
+    await client.login("FIRSTDEVICE")
+    params = await client.params("SECONDDEVICE")
+    page = await client.authorize_page(params)
+    resp = await client.submit(page, op="deny")
+    assert resp.status == 200 and "Location" not in resp.headers, resp
+    html = text(resp)
+    assert "Nothing was shared" in html
+    back = [unescape(h) for h in re.findall(r'href="([^"]*)"', html) if unescape(h).startswith(REDIRECT)]
+    assert [redirect_values(h) for h in back] == [{
         "error": "access_denied", "error_description": "the person did not allow it", "state": params["state"],
-    }
+        "iss": client.metadata["issuer"],
+    }]
 
 
 async def test_logout_and_device_deletion_end_oauth_sessions(client, fetch, login):
@@ -198,3 +215,29 @@ async def test_revoking_the_access_token_ends_the_session(client, fetch):
     assert assert_json(await client.revoke("never-issued")) == {}  # unknown: 200
     resp = await client.revoke("")
     assert resp.status == 400 and resp.json["error"] == "invalid_request"
+
+
+class TestMetrics:
+    @pytest.fixture
+    def config_overrides(self):
+        return {"oauth": {"enabled": True}, "metrics": {"enabled": True}}
+
+    async def test_a_sign_in_is_one_session_opened_and_a_refresh_none(self, client, hs):
+        tokens = await client.login("METRICS001")
+        assert_json(await client.refresh(tokens["refresh_token"]))
+        text, _ = hs.metrics.render(None)
+        assert "homeserver_sessions_opened_total 1.0" in text.decode()
+
+
+async def test_the_authorization_response_names_its_issuer(client, fetch):
+    # RFC 9207 (issue 34, finding 10): a client holding accounts on several servers knows which
+    # one answered; the metadata says so at every path.
+    metadata = await client.discover()
+    assert metadata["authorization_response_iss_parameter_supported"] is True
+    for path in ("/.well-known/openid-configuration", "/.well-known/oauth-authorization-server",
+                 "/_matrix/client/unstable/org.matrix.msc2965/auth_metadata"):
+        assert assert_json(await fetch(path))["authorization_response_iss_parameter_supported"] is True
+    for mode in ("query", "fragment"):
+        params = await client.params(response_mode=mode)
+        values = redirect_values((await client.sign_in(params)).headers["Location"])
+        assert values["iss"] == metadata["issuer"] and values["state"] == params["state"] and values["code"]

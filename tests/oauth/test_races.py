@@ -113,3 +113,21 @@ async def test_a_store_failing_midway_at_the_poll_leaves_the_approval_usable(fet
     tokens = assert_json(await client.poll(codes["device_code"]))
     assert (await fetch(WHOAMI, token=tokens["access_token"])).status == 200
     assert_json(await client.refresh(tokens["refresh_token"]))
+
+
+async def test_eight_refreshes_at_once_leave_exactly_one_live_refresh_token(client, fetch, hs):
+    # What held in issue 34's review, kept with the rule of finding 2: of eight refreshes of one
+    # token at once, the grant ends with exactly one current refresh token among the answers.
+    from homeserver.sessions import token_digest
+    from tests.helpers import assert_json
+
+    tokens = await client.login("RACE000008")
+    answers = await asyncio.gather(*(client.refresh(tokens["refresh_token"]) for _ in range(8)))
+    assert all(a.status == 200 or a.json["error"] == "invalid_grant" for a in answers), answers
+    issued = [a.json["refresh_token"] for a in answers if a.status == 200]
+    grant = await hs.oauth.store.device_grant("alice", "RACE000008")
+    assert grant is not None
+    live = [token for token in issued if token_digest(token) == grant.refresh_hash]
+    assert len(live) == 1, (len(issued), len(live))
+    fresh = assert_json(await client.refresh(live[0]))
+    assert_json(await fetch(WHOAMI, token=fresh["access_token"]))

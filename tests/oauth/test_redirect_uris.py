@@ -8,8 +8,10 @@ import json
 
 import pytest
 
+from homeserver.oauth.clients import redirect_matches
 from tests.helpers import assert_json
 from tests.oauth.test_refusals import oauth_error
+from tests.page_client import text
 
 pytestmark = pytest.mark.usefixtures("io_loop")
 
@@ -70,3 +72,76 @@ async def test_a_client_name_with_control_characters_is_refused(client, name):
     # The name is logged at registration and becomes the device's display name: a line break in
     # it would forge log lines (the audit trail's among them).
     oauth_error(await client.register(client_name=name), "invalid_client_metadata")
+
+
+# -- issue 34, finding 9: a loopback redirect matches exactly but for its port ---------------------
+
+REGISTERED = ["http://127.0.0.1/callback", "http://[::1]:8080/cb?x=1", "http://localhost/cb"]
+
+
+@pytest.mark.parametrize(
+    "given",
+    ["http://127.0.0.1/callback", "http://127.0.0.1:53123/callback", "http://127.0.0.1:65535/callback",
+     "http://[::1]/cb?x=1", "http://[::1]:1/cb?x=1", "http://localhost:4000/cb"],
+)
+def test_a_loopback_redirect_takes_any_port(given):
+    assert redirect_matches(REGISTERED, given)
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        "http://127.0.0.1:53123/callback#",  # the code would land after the fragment mark
+        "http://127.0.0.1:53123/callback?",
+        "http://127.0.0.1/callback#",
+        "http://127.0.0.1/callback?",
+        "HTTP://127.0.0.1:53123/callback",
+        "Http://127.0.0.1/callback",
+        "http://127.0.0.1:0/callback",
+        "http://127.0.0.1:053123/callback",
+        "http://127.0.0.1:65536/callback",
+        "http://127.0.0.1:/callback",
+        "http://127.0.0.1:53123/Callback",
+        "http://127.0.0.1:53123/callback/",
+        "http://localhost:53123/callback",  # another loopback host than registered
+        "http://LOCALHOST:4000/cb",
+        "http://[::1]:8080/cb?x=1&y=2",
+        "http://user@127.0.0.1:5/callback",
+    ],
+)
+def test_anything_else_about_a_loopback_redirect_is_exact(given):
+    assert not redirect_matches(REGISTERED, given)
+
+
+async def test_a_loopback_redirect_that_is_not_exact_is_an_error_page(client):
+    params = await client.params()
+    for given in ("http://127.0.0.1:53123/callback#", "HTTP://127.0.0.1:53123/callback", "http://127.0.0.1:0/callback"):
+        resp = await client.authorize_page({**params, "redirect_uri": given})
+        assert resp.status == 400 and "Location" not in resp.headers, (given, resp)
+
+
+# -- issue 34, finding 5: no character that reorders or hides text in a name people are shown ------
+
+INVISIBLE = ["\u202e", "\u202d", "\u202a", "\u2066", "\u2067", "\u2068", "\u2069", "\u200e", "\u200f", "\u061c",
+             "\ufeff", "\u00ad", "\u2060", "\u2028", "\u2029", "\U000e0041", "\ue000", "\U0010fffd"]
+
+
+@pytest.mark.parametrize("char", INVISIBLE)
+async def test_a_client_name_with_a_format_or_bidi_character_is_refused(client, char):
+    # U+202E reversed the rest of the consent line, the shown address included.
+    oauth_error(await client.register(client_name=f"Good App{char} (https://app.example.org)"), "invalid_client_metadata")
+
+
+async def test_names_in_any_script_and_emoji_stay(client):
+    for name in ("Élément ✨", "عنصر", "אלמנט", "मैट्रिक्स", "می‌خواهم", "👩‍💻 Chat"):  # ZWNJ and ZWJ are letters' glue
+        assert assert_json(await client.register(client_name=name), 201)["client_name"] == name
+
+
+async def test_a_name_kept_from_before_is_shown_without_them(client, hs):
+    # A client registered before the rule: its name is shown with them taken out.
+    await client.ensure_client()
+    kept = await hs.oauth.store.client(client.client_id)
+    await hs.oauth.store.add_client("OLDCLIENT", {**kept, "client_id": "OLDCLIENT", "client_name": "Evil\u202eelgooG"}, 60)
+    params = await client.params()
+    page = await client.authorize_page({**params, "client_id": "OLDCLIENT"})
+    assert page.status == 200 and "\u202e" not in text(page) and "EvilelgooG" in text(page)

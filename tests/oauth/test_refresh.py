@@ -4,6 +4,7 @@ user store read at every refresh (removed, reset, locked); expiry is a soft logo
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 
@@ -131,6 +132,20 @@ class TestShortLifetime:
         assert_json(await fetch(WHOAMI, token=retried["access_token"]))
         assert_json(await client.refresh(retried["refresh_token"]))
 
+    async def test_a_replay_after_the_used_access_token_expired_ends_the_session(self, client, fetch, hs, caplog):
+        # Issue 34, finding 2 (RFC 9700 4.14.2): the retry is for an answer that was lost, a new
+        # access token never used; whether it was used is kept past its expiry, so a stolen
+        # previous refresh token gets no second life once that token has expired.
+        first = await client.login()
+        second = assert_json(await client.refresh(first["refresh_token"]))
+        await use(fetch, hs, second["access_token"])
+        await asyncio.sleep(2.2)  # the used access token expired (and its session with it)
+        caplog.set_level(logging.WARNING, logger="homeserver.oauth")
+        invalid_grant(await client.refresh(first["refresh_token"]))
+        invalid_grant(await client.refresh(second["refresh_token"]))  # the session ended
+        assert await hs.devices.list_devices("alice") == []
+        assert any("used again" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+
     async def test_revoking_an_expired_access_token_ends_the_session(self, client, fetch, hs):
         # The spec: the server MUST revoke both tokens of the session of the token given, and a
         # client logs out with the access token it holds, expired or not (an app idle a while).
@@ -149,13 +164,13 @@ async def test_a_sign_in_made_before_a_secret_rotation_is_exchanged(client, hs):
     from homeserver.credentials import Credentials
 
     code, _ = await client.code()
-    old = hs.oauth.credentials
-    hs.oauth.credentials = Credentials("a rotated secret", [hs.tokens.secret])
+    old = hs.oauth.grants.credentials
+    hs.oauth.grants.credentials = Credentials("a rotated secret", [hs.tokens.secret])
     try:
         tokens = assert_json(await client.exchange(code))
         assert_json(await client.refresh(tokens["refresh_token"]))
     finally:
-        hs.oauth.credentials = old
+        hs.oauth.grants.credentials = old
 
 
 async def test_a_password_changed_between_sign_in_and_exchange_is_invalid_grant(client, backend, users_path):

@@ -3,6 +3,8 @@ authorization request (RFC 6749 4.1.2.1, RFC 7636) and the code exchange (RFC 67
 
 from __future__ import annotations
 
+import re
+from html import unescape
 from urllib.parse import urlencode
 
 import pytest
@@ -122,41 +124,69 @@ async def test_loopback_redirects_take_any_port(client):
     assert resp.status == 303 and resp.headers["Location"].startswith("http://127.0.0.1:53123/callback?code=")
 
 
-@pytest.mark.parametrize(
-    "changes, error",
-    [
-        ({"code_challenge_method": "plain"}, "invalid_request"),
-        ({"code_challenge_method": None}, "invalid_request"),  # plain by default (RFC 7636)
-        ({"code_challenge": None, "code_challenge_method": None}, "invalid_request"),
-        ({"response_type": "token"}, "unsupported_response_type"),
-        ({"scope": "urn:matrix:client:api:*"}, "invalid_scope"),  # no device scope
-        ({"scope": scope("AAAAAAAAAA") + " urn:matrix:client:device:BBBBBBBBBB"}, "invalid_scope"),  # two
-        ({"scope": "urn:matrix:client:device:AAAAAAAAAA"}, "invalid_scope"),  # no API scope
-        ({"scope": scope("AAAAAAAAAA") + " urn:synapse:admin:*"}, "invalid_scope"),
-        ({"scope": scope("bad device")}, "invalid_scope"),
-        ({"response_mode": "form_post"}, "invalid_request"),
-    ],
-)
-async def test_authorization_errors_go_back_on_the_redirect(client, changes, error):
-    params = await client.params()
+AUTHORIZATION_ERRORS = [
+    ({"code_challenge_method": "plain"}, "invalid_request"),
+    ({"code_challenge_method": None}, "invalid_request"),  # plain by default (RFC 7636)
+    ({"code_challenge": None, "code_challenge_method": None}, "invalid_request"),
+    ({"response_type": "token"}, "unsupported_response_type"),
+    ({"scope": "urn:matrix:client:api:*"}, "invalid_scope"),  # no device scope
+    ({"scope": scope("AAAAAAAAAA") + " urn:matrix:client:device:BBBBBBBBBB"}, "invalid_scope"),  # two
+    ({"scope": "urn:matrix:client:device:AAAAAAAAAA"}, "invalid_scope"),  # no API scope
+    ({"scope": scope("AAAAAAAAAA") + " urn:synapse:admin:*"}, "invalid_scope"),
+    ({"scope": scope("bad device")}, "invalid_scope"),
+    ({"response_mode": "form_post"}, "invalid_request"),
+    ({"prompt": "none"}, "login_required"),
+]
+
+
+def changed(params: dict[str, str], changes: dict[str, str | None]) -> dict[str, str]:
+    params = dict(params)
     for key, value in changes.items():
         if value is None:
             params.pop(key, None)
         else:
             params[key] = value
+    return params
+
+
+def links_to(html: str, redirect: str) -> list[dict[str, str]]:
+    """The values of every link of the page to the client's redirect URI."""
+    return [redirect_values(unescape(href)) for href in re.findall(r'href="([^"]*)"', html)
+            if unescape(href).startswith(redirect)]
+
+
+@pytest.mark.parametrize("changes, error", AUTHORIZATION_ERRORS)
+async def test_authorization_errors_are_a_page_never_a_redirect(client, changes, error):
+    # RFC 9700 4.11.2 (issue 34, finding 1): anyone may register a client whose redirect is
+    # their own site; a request made wrong on purpose must not bounce a browser there.
+    params = changed(await client.params(), changes)
     resp = await client.authorize_page(params)
-    assert resp.status == 303, resp
-    location = resp.headers["Location"]
-    assert location.startswith(REDIRECT + "?")
-    values = redirect_values(location)
+    assert resp.status == 400 and "Location" not in resp.headers, resp
+    html = text(resp)
+    assert "Cannot sign in" in html and "not sent anywhere" in html
+    assert links_to(html, REDIRECT) == [] and REDIRECT not in html  # nothing to follow there
+
+
+@pytest.mark.parametrize("changes, error", AUTHORIZATION_ERRORS)
+async def test_a_signed_in_person_may_take_the_error_back_to_the_application(client, changes, error):
+    # Signed in, the person is shown the error and where a link goes, and decides (RFC 9700
+    # 4.11.2: "inform the user and rely on the user to make a decision"); nothing is automatic.
+    await client.login("FIRSTDEVICE")
+    params = changed(await client.params("SECONDDEVICE"), changes)
+    resp = await client.authorize_page(params)
+    assert resp.status == 400 and "Location" not in resp.headers, resp
+    html = text(resp)
+    assert REDIRECT in html  # the address the link goes to, shown
+    [values] = links_to(html, REDIRECT)
     assert values["error"] == error and values["state"] == params["state"], values
+    assert values["iss"] == client.metadata["issuer"]
 
 
 async def test_a_repeated_parameter_is_refused(client):
     params = await client.params()
     url = client.path("authorization_endpoint") + "?" + urlencode(params) + "&" + urlencode({"scope": scope("OTHERDEVICE")})
     resp = await client.fetch(url, follow_redirects=False)
-    assert resp.status == 303 and redirect_values(resp.headers["Location"])["error"] == "invalid_request"
+    assert resp.status == 400 and "Location" not in resp.headers and "given more than once" in text(resp)
 
 
 # -- the code exchange --------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from typing import Any
 
 from backends.redis_connect import RedisConnection, text
 from backends.sessions.base import SessionStore
-from backends.sessions.oauth import ENDED, RACED, REFRESHED, RETIRED_REFRESH_TTL, Grant, OAuthStore
+from backends.sessions.oauth import ENDED, RACED, REFRESHED, RETIRED_REFRESH_TTL, CodeRecord, Grant, OAuthStore
 from backends.sessions.records import Session
 from backends.sessions.redis.oauth_device import RedisDeviceCodes
 
@@ -47,6 +47,17 @@ local grant = cjson.decode(value)
 if grant['refresh_hash'] ~= ARGV[1] then return false end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return value
+"""
+
+# The first use of the newest access token (ARGV[1], its digest), kept on the grant: 1 when marked.
+MARK_USED = """
+local value = redis.call('GET', KEYS[1])
+if not value then return 0 end
+local grant = cjson.decode(value)
+if grant['access_hash'] ~= ARGV[1] or grant['access_used'] == true then return 0 end
+grant['access_used'] = true
+redis.call('SET', KEYS[1], cjson.encode(grant), 'KEEPTTL')
+return 1
 """
 
 
@@ -84,18 +95,18 @@ class RedisOAuthStore(RedisDeviceCodes, OAuthStore):
 
     async def touch_client(self, client_id: str, idle: float) -> None:
         with self.connection.errors():
-            await self.connection.connect().pexpire(f"{self.prefix}client:{client_id}", _ms(idle))
+            await self.connection.connect().pexpire(f"{self.prefix}client:{client_id}", _ms(idle), gt=True)
 
     # -- codes ----------------------------------------------------------------------
 
-    async def add_code(self, code_hash: str, record: dict[str, Any], ttl: float) -> None:
-        await self.script(ADD_CODE, [f"{self.prefix}code:{code_hash}"], [json.dumps(record), _ms(ttl)])
+    async def add_code(self, code_hash: str, record: CodeRecord, ttl: float) -> None:
+        await self.script(ADD_CODE, [f"{self.prefix}code:{code_hash}"], [record.encode(), _ms(ttl)])
 
-    async def take_code(self, code_hash: str) -> tuple[dict[str, Any], int] | None:
+    async def take_code(self, code_hash: str) -> tuple[CodeRecord, int] | None:
         found = await self.script(TAKE_CODE, [f"{self.prefix}code:{code_hash}"], [])
         if not found:
             return None
-        return json.loads(found[0]), int(found[1])
+        return CodeRecord.decode(found[0]), int(found[1])
 
     async def give_back_code(self, code_hash: str, uses: int) -> None:
         await self.script(GIVE_BACK_CODE, [f"{self.prefix}code:{code_hash}"], [str(uses)])
@@ -180,6 +191,13 @@ class RedisOAuthStore(RedisDeviceCodes, OAuthStore):
             for digest in (grant.refresh_hash, grant.previous_hash):
                 if digest:
                     await client.delete(f"{self.prefix}refresh:{digest}")
+
+    async def mark_access_used(self, user: str, device_id: str, access_hash: str) -> bool:
+        with self.connection.errors():
+            grant_id = await self.connection.connect().get(self._device_key(user, device_id))
+        if grant_id is None:
+            return False
+        return bool(await self.script(MARK_USED, [f"{self.prefix}grant:{text(grant_id)}"], [access_hash]))
 
     async def access_used(self, user: str, token_hash: str) -> bool | None:
         with self.connection.errors():

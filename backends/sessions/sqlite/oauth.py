@@ -11,9 +11,10 @@ import json
 import sqlite3
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
-from backends.sessions.oauth import ENDED, RACED, REFRESHED, RETIRED_REFRESH_TTL, Grant, OAuthStore
+from backends.sessions.oauth import ENDED, RACED, REFRESHED, RETIRED_REFRESH_TTL, CodeRecord, Grant, OAuthStore
 from backends.sessions.records import Session
 from backends.sessions.sqlite.file import SqliteFile
 from backends.sessions.sqlite.oauth_device import SqliteDeviceCodes
@@ -98,22 +99,22 @@ class SqliteOAuthStore(SqliteDeviceCodes, OAuthStore):
 
     # -- codes ----------------------------------------------------------------------
 
-    async def add_code(self, code_hash: str, record: dict[str, Any], ttl: float) -> None:
+    async def add_code(self, code_hash: str, record: CodeRecord, ttl: float) -> None:
         def work(conn: sqlite3.Connection) -> None:
             conn.execute(
                 "INSERT INTO oauth_codes (code_hash, record, expires_ts) VALUES (?, ?, ?)",
-                (code_hash, json.dumps(record), _ms(ttl)),
+                (code_hash, record.encode(), _ms(ttl)),
             )
 
         await self._run(work)
 
-    async def take_code(self, code_hash: str) -> tuple[dict[str, Any], int] | None:
-        def work(conn: sqlite3.Connection) -> tuple[dict[str, Any], int] | None:
+    async def take_code(self, code_hash: str) -> tuple[CodeRecord, int] | None:
+        def work(conn: sqlite3.Connection) -> tuple[CodeRecord, int] | None:
             row = conn.execute(
                 "UPDATE oauth_codes SET uses = uses + 1 WHERE code_hash = ? AND expires_ts >= ? RETURNING record, uses",
                 (code_hash, _ms()),
             ).fetchone()
-            return (json.loads(row[0]), int(row[1])) if row else None
+            return (CodeRecord.decode(row[0]), int(row[1])) if row else None
 
         return await self._run(work)
 
@@ -231,6 +232,31 @@ class SqliteOAuthStore(SqliteDeviceCodes, OAuthStore):
 
     async def delete_grant(self, grant: Grant) -> None:
         await self._run(lambda conn: self._delete(conn, grant.grant_id))
+
+    async def mark_access_used(self, user: str, device_id: str, access_hash: str) -> bool:
+        # Read first on the loop's connection: the first use of any other expiring session (a
+        # password login's, with `[auth] token_lifetime`) costs no write.
+        row = await self._read_here(
+            "SELECT record FROM oauth_grants WHERE user = ? AND device_id = ?", (user, device_id)
+        )
+        seen = Grant.decode(row[0]) if row is not None else None
+        if seen is None or seen.access_hash != access_hash or seen.access_used:
+            return False
+
+        def work(conn: sqlite3.Connection) -> bool:
+            row = conn.execute(
+                "SELECT record FROM oauth_grants WHERE user = ? AND device_id = ?", (user, device_id)
+            ).fetchone()
+            grant = Grant.decode(row[0]) if row is not None else None
+            if grant is None or grant.access_hash != access_hash or grant.access_used:
+                return False
+            conn.execute(
+                "UPDATE oauth_grants SET record = ? WHERE grant_id = ?",
+                (replace(grant, access_used=True).encode(), grant.grant_id),
+            )
+            return True
+
+        return await self._run(work)
 
     async def access_used(self, user: str, token_hash: str) -> bool | None:
         row = await self._read_here(

@@ -1,10 +1,12 @@
-"""The authorization endpoint's request (RFC 6749 4.1.1, RFC 7636, the Matrix rules) and its
+"""The authorization endpoint: its request (RFC 6749 4.1.1, RFC 7636, the Matrix rules), its
 answers on the redirect (RFC 6749 4.1.2, 4.1.2.1; OAuth 2.0 Multiple Response Types for
-`response_mode`).
+`response_mode`), and the code a signed-in person's consent makes. The page is
+homeserver.handlers.oauth_page.
 
 A request that names no known client, or a redirect URI the client did not register, is
-never redirected (RFC 6749 4.1.2.1: the person sees an error page); every other mistake is
-sent back to the client on its redirect URI, with its `state`.
+never redirected (RFC 6749 4.1.2.1: the person sees an error page, PageError). Every other
+mistake is an error for the client's redirect URI, with its `state` (RedirectError): shown on
+a page too, with a link back for a person signed in (RFC 9700 4.11.2; the page handler).
 """
 
 from __future__ import annotations
@@ -14,10 +16,15 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
+from backends.base import User
+from backends.sessions.oauth import CodeRecord, OAuthStore
+from homeserver.credentials import Credentials
 from homeserver.errors import PageError
 from homeserver.oauth.clients import display_name, redirect_matches
+from homeserver.oauth.common import CODE_LIFETIME, PENDING_CLIENT, new_token, now_ms
 from homeserver.oauth.errors import INVALID_REQUEST, LOGIN_REQUIRED, UNSUPPORTED_RESPONSE_TYPE, OAuthError
 from homeserver.oauth.scopes import Scope, parse_scope
+from homeserver.sessions import token_digest
 
 # The parameters the sign-in form carries back (hidden), as the client sent them.
 PARAMS = (
@@ -35,12 +42,14 @@ class Redirect:
     redirect_uri: str
     response_mode: str  # query or fragment
     state: str | None
+    issuer: str  # RFC 9207: named in every answer, so a client of several servers knows which one answered
 
     def url(self, values: dict[str, str]) -> str:
-        """The redirect URI with `values` (and `state`) in its query or fragment."""
+        """The redirect URI with `values` (and `state`, `iss`) in its query or fragment."""
         pairs = dict(values)
         if self.state is not None:
             pairs["state"] = self.state
+        pairs["iss"] = self.issuer
         encoded = urlencode(pairs)
         if self.response_mode == "fragment":
             return f"{self.redirect_uri}#{encoded}"
@@ -59,16 +68,13 @@ class Redirect:
 
 
 class RedirectError(Exception):
-    """An error sent back to the client on its redirect URI."""
+    """An error for the client's redirect URI (on a page of ours: homeserver.handlers.oauth_page)."""
 
-    def __init__(self, redirect: Redirect, error: OAuthError) -> None:
+    def __init__(self, redirect: Redirect, error: OAuthError, client_name: str = "The application") -> None:
         super().__init__(str(error))
         self.redirect = redirect
         self.error = error
-
-    @property
-    def url(self) -> str:
-        return self.redirect.error(self.error)
+        self.client_name = client_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +111,7 @@ def single(params: dict[str, list[str]]) -> dict[str, str]:
     return found
 
 
-def check_client_and_redirect(params: dict[str, str], client: dict[str, Any] | None) -> Redirect:
+def check_client_and_redirect(params: dict[str, str], client: dict[str, Any] | None, issuer: str) -> Redirect:
     """The client and its redirect URI, or a PageError (no redirect)."""
     if not params.get("client_id"):
         raise PageError(400, "The application did not say who it is (no client_id).")
@@ -120,18 +126,18 @@ def check_client_and_redirect(params: dict[str, str], client: dict[str, Any] | N
     state = params.get("state")
     if mode not in ("query", "fragment"):
         error = OAuthError(INVALID_REQUEST, "response_mode must be query or fragment")
-        raise RedirectError(Redirect(redirect_uri, "query", state), error)
-    return Redirect(redirect_uri, mode, state)
+        raise RedirectError(Redirect(redirect_uri, "query", state, issuer), error, display_name(client))
+    return Redirect(redirect_uri, mode, state, issuer)
 
 
-def parse_authorization(params: dict[str, str], client: dict[str, Any] | None) -> AuthorizationRequest:
+def parse_authorization(params: dict[str, str], client: dict[str, Any] | None, issuer: str) -> AuthorizationRequest:
     """The checked request: PageError (no client, a redirect URI not registered) or
     RedirectError (everything else, on the client's redirect URI)."""
-    redirect = check_client_and_redirect(params, client)
+    redirect = check_client_and_redirect(params, client, issuer)
     assert client is not None
 
     def refuse(error: str, description: str) -> RedirectError:
-        return RedirectError(redirect, OAuthError(error, description))
+        return RedirectError(redirect, OAuthError(error, description), display_name(client))
 
     if "_repeated" in params:
         raise refuse(INVALID_REQUEST, f"{params['_repeated']} given more than once")
@@ -152,6 +158,36 @@ def parse_authorization(params: dict[str, str], client: dict[str, Any] | None) -
     try:
         scope = parse_scope(params.get("scope"))
     except OAuthError as exc:
-        raise RedirectError(redirect, exc) from None
+        raise RedirectError(redirect, exc, display_name(client)) from None
     kept = {name: params[name] for name in PARAMS if name in params}
     return AuthorizationRequest(client, redirect, scope, challenge, kept)
+
+
+class Authorization:
+    """GET and POST /account/authorize, without the page: the request checked, the code made."""
+
+    def __init__(self, store: OAuthStore, credentials: Credentials, issuer: str) -> None:
+        self.store = store
+        self.credentials = credentials
+        self.issuer = issuer
+
+    async def request(self, params: dict[str, str]) -> AuthorizationRequest:
+        """The checked request (PageError or RedirectError otherwise)."""
+        client_id = params.get("client_id")
+        client = await self.store.client(client_id) if client_id and len(client_id) <= 64 else None
+        return parse_authorization(params, client, self.issuer)
+
+    async def issue_code(self, request: AuthorizationRequest, user: User) -> str:
+        """A code for the signed-in person (the sign-in was audited by the login service); the URL
+        the browser goes to with it."""
+        code = new_token("")
+        fingerprint = self.credentials.of(user)
+        record = CodeRecord(
+            client_id=request.client_id, client_name=request.client_name,
+            redirect_uri=request.redirect.redirect_uri, code_challenge=request.code_challenge,
+            user=user.name, device_id=request.scope.device_id, scope=request.scope.granted,
+            identity_fp=fingerprint.identity, password_fp=fingerprint.password, created_ts=now_ms(),
+        )
+        await self.store.add_code(token_digest(code), record, CODE_LIFETIME)
+        await self.store.touch_client(request.client_id, PENDING_CLIENT)
+        return request.redirect.url({"code": code})
