@@ -9,7 +9,7 @@ import json
 import sqlite3
 import time
 
-from backends.sessions.oauth import PENDING, Grant
+from backends.sessions.oauth import PENDING, CodeRecord, Grant
 from backends.sessions.sqlite import SqliteSessionStore
 from backends.sessions.sqlite.schema import MIGRATIONS, VERSION
 
@@ -59,6 +59,7 @@ CREATE TABLE IF NOT EXISTS oauth_device_codes (
 """
 
 GRANT = Grant("g1", "alice", "D1", "c1", "openid", "r1", "", "a1", 1, 1)
+CODE = CodeRecord("c1", "Old", "http://127.0.0.1/cb", "x" * 43, "alice", "D1", "openid", "i", "p", 1)
 
 
 def old_file(path: str, *, device_table: bool) -> None:
@@ -74,8 +75,7 @@ def old_file(path: str, *, device_table: bool) -> None:
         conn.execute(statement)
     later = int(time.time() * 1000) + 3_600_000
     conn.execute("INSERT INTO oauth_clients VALUES ('c1', ?, ?)", (json.dumps({"client_name": "Old"}), later))
-    conn.execute("INSERT INTO oauth_codes (code_hash, record, expires_ts) VALUES ('h1', '{\"user\": \"alice\"}', ?)",
-                 (later,))
+    conn.execute("INSERT INTO oauth_codes (code_hash, record, expires_ts) VALUES ('h1', ?, ?)", (CODE.encode(), later))
     conn.execute("INSERT INTO oauth_grants VALUES ('g1', 'alice', 'D1', 'c1', ?, ?)", (GRANT.encode(), later))
     conn.execute("INSERT INTO oauth_refresh VALUES ('r1', 'g1', ?)", (later,))
     if device_table:
@@ -124,7 +124,7 @@ async def test_a_file_whose_oauth_tables_were_made_on_first_use_is_adopted(tmp_p
             oauth = store.oauth()
             assert await oauth.client("c1") == {"client_name": "Old"}
             assert await oauth.grant_by_refresh("r1") == GRANT
-            assert await oauth.take_code("h1") == ({"user": "alice"}, 1)
+            assert await oauth.take_code("h1") == (CODE, 1)
             found = await oauth.device_code_by_user_code("user1")
             assert (found is not None) is device_table
             if found is not None:
