@@ -5,16 +5,16 @@
 # Node.js with npm (the matrix-js-sdk client test installs its package from the npm
 # registry), curl (the README's curl sessions are run), nginx (the reverse proxy in front of
 # Synapse in the delegation tests) and python3-olm (matrix-nio's encryption, for Debian's
-# python3; the test makes its virtualenv, tests/nio_e2e.py). Needs root (or sudo). Then matrix-synapse from PyPI into its
-# cached virtualenv outside the repository (tests/synapse.py), as the user running the tests.
+# python3; the test makes its virtualenv, tests/support/nio_e2e.py). Needs root (or sudo). Then matrix-synapse from PyPI into its
+# cached virtualenv outside the repository (tests/support/synapse.py), as the user running the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 install_synapse() {
     # Into the cache of the user who runs the tests (the one who called sudo, if any).
     if [ "$(id -u)" -eq 0 ] && [ -n "${SUDO_USER:-}" ] && [ "$SUDO_USER" != root ]; then
-        sudo -u "$SUDO_USER" -H python3 tests/synapse.py install
+        sudo -u "$SUDO_USER" -H python3 tests/support/synapse.py install
     else
-        python3 tests/synapse.py install
+        python3 tests/support/synapse.py install
     fi
 }
 need=()
@@ -29,7 +29,7 @@ command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
 python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
-# libolm's Python binding for Debian's python3: matrix-nio's encryption in the tests (tests/nio_e2e.py).
+# libolm's Python binding for Debian's python3: matrix-nio's encryption in the tests (tests/support/nio_e2e.py).
 /usr/bin/python3 -c 'import olm' >/dev/null 2>&1 || need+=(python3-olm)
 if [ ${#need[@]} -eq 0 ]; then
     install_synapse

@@ -1,6 +1,6 @@
 """The account page over HTTP: security headers and cookies, XSRF, sign-in, every ?action= and every form.
 
-The real-browser walk through the same pages is tests/test_account_page_browser.py.
+The real-browser walk through the same pages is tests/handlers/test_account_page_browser.py.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import DEFAULT_USERS, assert_error, assert_json, record
-from tests.page_client import CSP, PAGE, Browser, assert_page, set_cookies, text
+from tests.support.helpers import DEFAULT_USERS, assert_error, assert_json, record
+from tests.support.page_client import CSP, PAGE, Browser, assert_page, set_cookies, text
 
 pytestmark = pytest.mark.usefixtures("io_loop")
 

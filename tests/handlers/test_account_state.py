@@ -12,8 +12,8 @@ import pytest
 from backends.file import write_atomically
 from homeserver.request_id import RequestIdFilter
 from homeserver.sessions import token_digest
-from tests.helpers import DEFAULT_USERS, assert_error, assert_json, hex_hash
-from tests.openapi import validate, validate_error
+from tests.support.helpers import DEFAULT_USERS, assert_error, assert_json, hex_hash
+from tests.support.openapi import validate, validate_error
 
 WHOAMI = "/_matrix/client/v3/account/whoami"
 CAPS = "/_matrix/client/v3/capabilities"

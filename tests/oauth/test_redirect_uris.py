@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from tests.helpers import assert_json
 from tests.oauth.test_refusals import oauth_error
+from tests.support.helpers import assert_json
 
 pytestmark = pytest.mark.usefixtures("io_loop")
 

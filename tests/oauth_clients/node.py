@@ -1,11 +1,11 @@
 """OAuth clients from npm driven by node, and the person's part of their flows.
 
-The npm packages go into caches inside .venv (as tests/js_sdk.py does for matrix-js-sdk);
+The npm packages go into caches inside .venv (as tests/support/js_sdk.py does for matrix-js-sdk);
 the scripts of tests/js/ are copied beside them, named by their content. A script prints
 `{"authorize": URL, "user": NAME}` when a person must sign in, waits on its loopback
 listener for the browser to land there, and prints `{"result": {...}}` last. The person is
 either a plain HTTP client posting the sign-in form (tests/oauth_clients/flow.py) or a
-headless Chromium (tests/browser.py), filling the page as the contract describes it: one
+headless Chromium (tests/support/browser.py), filling the page as the contract describes it: one
 text or e-mail input for the name, one password input, the first submit button; a page
 after it goes on by its first submit button.
 """
@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import ci
-from tests.js_sdk import install_js_sdk
 from tests.oauth_clients.flow import PageSession, request
+from tests.support.helpers import ci
+from tests.support.js_sdk import install_js_sdk
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OAUTH4WEBAPI_MAJOR = 3

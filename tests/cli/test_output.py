@@ -1,0 +1,102 @@
+"""What commands say and when they take effect on a running server: `run.py lock` at the
+server's next request, `sessions revoke` as one sentence at a terminal with its audit line
+in the system log only."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import socket
+import subprocess
+import sys
+
+from tests.support.helpers import DEFAULT_USERS, JWT_SECRET
+from tests.support.servers import LOGIN, ROOT, WHOAMI, Server, call, run_py
+
+LOCKED = {"errcode": "M_USER_LOCKED", "error": "User account has been locked", "soft_logout": True}
+
+
+def polling_config(tmp_path, reload_interval: float = 60.0) -> str:
+    """The test users in a users file polled only every `reload_interval` seconds."""
+    (tmp_path / "users.json").write_text(json.dumps({"users": DEFAULT_USERS}))
+    path = tmp_path / "homeserver.toml"
+    path.write_text(
+        f'[auth]\njwt_secret = "{JWT_SECRET}"\n[backend.file]\npath = "users.json"\n'
+        f'reload_interval = {reload_interval}\n[rate_limit]\nenabled = false\n[logging]\nlevel = "WARNING"\n'
+    )
+    return str(path)
+
+
+def login_token(port: int) -> str:
+    body = {"type": "m.login.password", "identifier": {"type": "m.id.user", "user": "alice"}, "password": "wonderland"}
+    status, answer = call(port, LOGIN, body)
+    assert status == 200, answer
+    return str(answer["access_token"])
+
+
+def test_lock_takes_effect_at_the_next_request_not_the_next_poll(tmp_path):
+    conf = polling_config(tmp_path)  # a poll a minute: only the lookup's own check can see the lock
+    server = Server("--config", conf)
+    try:
+        token = login_token(server.port)
+        done = run_py("lock", "alice", "--config", conf)
+        assert (done.returncode, done.stdout) == (0, "locked @alice:localhost\n"), done.stderr
+        assert call(server.port, WHOAMI, token=token) == (401, LOCKED)
+        done = run_py("unlock", "alice", "--config", conf)
+        assert done.returncode == 0, done.stderr
+        assert call(server.port, WHOAMI, token=token) == (200, {"user_id": "@alice:localhost", "device_id": "DUMMY"})
+    finally:
+        server.stop()
+
+
+def run_at_a_terminal(syslog: str, *argv: str) -> tuple[int, str, str]:
+    """`run.py` with standard error on a terminal (a pty) and the system log at `syslog`;
+    (exit status, standard output, what the terminal showed)."""
+    code = (
+        "import sys; import homeserver.logs as logs; logs.SYSLOG_SOCKET = sys.argv[1]; "
+        "from homeserver.cli import main; sys.exit(main(sys.argv[2:]))"
+    )
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code, syslog, *argv], cwd=ROOT, stdout=subprocess.PIPE, stderr=follower,
+            stdin=subprocess.DEVNULL, text=True, timeout=60,
+        )
+        os.close(follower)
+        follower = -1
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # EIO: the terminal has no writer left
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        if follower >= 0:
+            os.close(follower)
+        os.close(leader)
+    return proc.returncode, proc.stdout, shown.decode(errors="replace")
+
+
+def test_revoke_at_a_terminal_says_one_sentence_and_logs_the_audit_line_only(tmp_path):
+    conf = polling_config(tmp_path, reload_interval=0)
+    server = Server("--config", conf)
+    syslog = str(tmp_path / "log.sock")
+    receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    receiver.bind(syslog)
+    receiver.settimeout(10)
+    try:
+        login_token(server.port)
+        login_token(server.port)
+        code, out, shown = run_at_a_terminal(syslog, "sessions", "revoke", "alice", "--all", "--config", conf)
+        assert (code, out, shown) == (0, "Ended 2 sessions of @alice:localhost.\n", "")
+        line = receiver.recv(4096).decode()
+        assert line.startswith("<86>homeserver: audit revoke user=\"alice\" client=\"cli\"") and "count=2" in line, line
+        code, out, shown = run_at_a_terminal(syslog, "sessions", "revoke", "alice", "--all", "--config", conf)
+        assert (code, out) == (0, "No session of @alice:localhost was open: nothing ended.\n")
+    finally:
+        receiver.close()
+        server.stop()
