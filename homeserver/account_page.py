@@ -1,7 +1,7 @@
 """The account page's service: its own short cookie sign-ins, the password asked again, the
 cross-signing reset, and the one table from errors to what the page says.
 
-No HTTP here (homeserver/handlers/account_page.py is the HTTP part); built once on
+No HTTP here (homeserver/handlers/account_pages.py is the HTTP part); built once on
 `HomeServer` from the parts it needs. The cookie's value is signed by Tornado
 (`set_signed_cookie`, with `cookie_key()` derived from the server secret); this module
 decides what goes in it and whether it still stands:
