@@ -1,4 +1,5 @@
-"""The requests in flight, so a shutdown can let them finish before closing connections."""
+"""The requests in flight (`hs.inflight`), so a shutdown can let them finish before closing connections
+(homeserver.process.server: wait, then answer those left 503)."""
 
 from __future__ import annotations
 

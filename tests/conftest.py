@@ -130,7 +130,9 @@ def session_store(config, io_loop):
 @pytest.fixture
 def hs(config, backend, session_store, io_loop):
     hs = build_homeserver(config, backend, session_store)
+    io_loop.run_sync(hs.start)
     yield hs
+    io_loop.run_sync(hs.stop)
     if hs.delegation is not None:  # a `[delegation]` section's Synapse client
         io_loop.run_sync(hs.delegation.close)
     hs.checker.close()

@@ -8,24 +8,24 @@ import logging
 import sys
 from collections.abc import Callable
 
-from backends.sessions import delegation_state_of
-from homeserver.cli_stores import stores
+from homeserver.cli.common import Command
+from homeserver.cli.stores import stores
 from homeserver.config import Config, load_config
-from homeserver.delegation import Delegation, SynapseError, load_delegation_settings
+from homeserver.context import build_delegation, build_sessions
+from homeserver.delegation import SynapseError, load_delegation_settings
 from homeserver.errors import ConfigError
 from homeserver.names import user_id
-from homeserver.sessions import Sessions
 from homeserver.users import Users
 
 
 async def sync_all(config: Config, out: Callable[[str], None]) -> None:
     """Provision every user with a session (or a pending resync) and sync their devices; one line each."""
-    settings = load_delegation_settings(config)
-    if settings is None:
+    if load_delegation_settings(config) is None:
         raise ConfigError("delegation.enabled: delegation is off in this config; nothing to sync")
     server_name = config.get("server", "server_name")
     async with stores(config) as (backend, store):
-        delegation = Delegation(settings, Sessions(store), server_name, state=delegation_state_of(store))
+        delegation = build_delegation(config, build_sessions(config, store))
+        assert delegation is not None  # on: said above
         try:
             users = Users(backend)
             names = sorted(set(await store.users()) | set(await delegation.state.resyncs()))
@@ -65,7 +65,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(command: Callable[[str, str], argparse.ArgumentParser]) -> None:
+def add_commands(command: Command) -> None:
     """Add `delegation sync` to the command line."""
     parser = command("delegation", "the Synapse this server is the authentication service of")
     sub = parser.add_subparsers(title="actions", metavar="{sync}", required=True)

@@ -1,5 +1,5 @@
 """`run.py sessions list NAME` and `sessions revoke NAME --device ID | --all`, on a running server's store
-(`sessions adopt`: homeserver.cli_adopt)."""
+(`sessions adopt`, `sessions issue`: homeserver.cli.sessions_adopt, sessions_issue)."""
 
 from __future__ import annotations
 
@@ -9,22 +9,18 @@ import datetime
 import unicodedata
 from collections.abc import Awaitable, Callable
 
-from backends.sessions import delegation_state_of
 from backends.sessions.pages import page_sessions_for
 from homeserver import audit
-from homeserver.cli_stores import stores
+from homeserver.cli.common import Command, UnknownTarget
+from homeserver.cli.stores import stores
 from homeserver.config import Config, load_config
-from homeserver.delegation import Delegation, load_delegation_settings
+from homeserver.context import build_delegation, build_sessions
+from homeserver.delegation import load_delegation_settings
 from homeserver.devices import Devices
 from homeserver.logs import setup_cli_logging
 from homeserver.names import local_name, user_id
 from homeserver.sessions import Sessions
 from homeserver.users import Users
-
-
-class UnknownTarget(Exception):
-    """No such user (in the user store or the session store), or no such device of theirs."""
-
 
 # What clients chose (device ids, display names) is printed escaped, so one device is one
 # line of exactly four tab-separated fields, whatever it holds.
@@ -59,7 +55,7 @@ async def _with_sessions(
         # A user removed from the user store can still have sessions to end.
         if not await store.devices(name) and await Users(backend).get(name) is None:
             raise UnknownTarget(f"unknown user {name!r}")
-        return await work(Sessions(store), name)
+        return await work(build_sessions(config, store), name)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -91,21 +87,17 @@ def cmd_revoke(args: argparse.Namespace) -> int:
     server_name = config.get("server", "server_name")
     name = local_name(args.name, server_name)
     who = user_id(name, server_name)
-    settings = load_delegation_settings(config)
+    load_delegation_settings(config)  # a bad [delegation] section is said before any store opens
 
     async def work(sessions: Sessions, name: str) -> list[str]:
         if not args.all and await sessions.store.device(name, args.device) is None:
             raise UnknownTarget(f"{who} has no device {args.device!r}")
         # With delegation, Synapse deletes the devices too, before this returns.
-        delegation = (
-            Delegation(settings, sessions, server_name, state=delegation_state_of(sessions.store))
-            if settings is not None else None
-        )
+        delegation = build_delegation(config, sessions)
         try:
-            pages = page_sessions_for(sessions.store)  # --all ends the account page's sign-ins too
-            count = await Devices(sessions, delegation=delegation, pages=pages).revoke(
-                name, None if args.all else [args.device]
-            )
+            # --all ends the account page's sign-ins (browser sessions) too.
+            devices = Devices(sessions, delegation=delegation, browser_sessions=page_sessions_for(sessions.store))
+            count = await devices.revoke(name, None if args.all else [args.device])
             pending = delegation is not None and name in await delegation.state.resyncs()
         finally:
             if delegation is not None:
@@ -126,9 +118,7 @@ def _run(config: Config, name: str, work: Callable[[Sessions, str], Awaitable[li
     return 0
 
 
-def add_commands(
-    command: Callable[[str, str], argparse.ArgumentParser],
-) -> argparse._SubParsersAction[argparse.ArgumentParser]:
+def add_commands(command: Command) -> argparse._SubParsersAction[argparse.ArgumentParser]:
     """Add `sessions list` and `sessions revoke` to the command line; the `sessions` actions."""
     parser = command("sessions", "list or end a user's sessions (works on a running server's store)")
     sub = parser.add_subparsers(title="actions", required=True)
@@ -143,4 +133,4 @@ def add_commands(
     which.add_argument("--device", help="the device whose sessions end")
     which.add_argument("--all", action="store_true", help="every session of the user")
     rv.set_defaults(func=cmd_revoke)
-    return sub  # more actions join it (homeserver.cli_adopt)
+    return sub  # more actions join it (homeserver.cli.sessions_adopt, sessions_issue)

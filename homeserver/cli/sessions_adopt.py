@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from backends.base import User
 from backends.sessions.base import SessionStore
-from homeserver.cli_stores import server_credentials, stores, user_backend
+from homeserver.cli.stores import server_credentials, stores, user_backend
 from homeserver.config import Config, load_config
 from homeserver.credentials import Credentials
 from homeserver.names import user_id

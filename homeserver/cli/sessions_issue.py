@@ -16,17 +16,16 @@ import argparse
 import asyncio
 import sys
 
-from backends.sessions import delegation_state_of
 from homeserver import audit
-from homeserver.cli_sessions import UnknownTarget
-from homeserver.cli_stores import server_credentials, server_secret, stores
+from homeserver.cli.common import UnknownTarget
+from homeserver.cli.stores import server_credentials, server_secret, stores
 from homeserver.config import Config, load_config
-from homeserver.delegation import Delegation, load_delegation_settings
+from homeserver.context import build_delegation, build_sessions
 from homeserver.errors import MatrixError
 from homeserver.logs import setup_cli_logging
 from homeserver.names import local_name, user_id
 from homeserver.oauth.scopes import DEVICE_ID
-from homeserver.sessions import REPLACED, Sessions
+from homeserver.sessions import REPLACED
 from homeserver.tokens import TokenIssuer
 from homeserver.users import Users
 
@@ -52,12 +51,8 @@ async def issue(config: Config, name: str, device_id: str, lifetime: int) -> str
         token = TokenIssuer(secret, lifetime, previous=config.get("auth", "previous_jwt_secrets")).issue(
             user.name, device_id
         )
-        sessions = Sessions(store, lifetime=lifetime)
-        settings = load_delegation_settings(config)
-        delegation = (
-            Delegation(settings, sessions, server_name, state=delegation_state_of(store))
-            if settings is not None else None
-        )
+        sessions = build_sessions(config, store, lifetime=lifetime)
+        delegation = build_delegation(config, sessions)
 
         async def open_session() -> None:
             await sessions.end_devices(user.name, [device_id], REPLACED)

@@ -1,10 +1,10 @@
-"""How every command-line command opens the stores of a config, and closes them again.
+"""The stores of a server that has run with a config, as every command opens them: the
+assembly's (homeserver.context), never a new session file or a new signing secret.
 
 `user_backend` gives the user backend alone (add-user, lock, unlock); `stores` gives it
-with the session store of a server that has run with this config (sessions, delegation
-sync). Leaving the `async with` closes what was opened, in reverse order, on any error.
-`server_secret` and `server_credentials` give the token signing secret such a server made,
-and the credential fingerprints made with it, never a new one.
+with the session store (sessions, delegation sync). Leaving the `async with` closes what was
+opened, in reverse order, on any error. `server_secret` and `server_credentials` give the
+token signing secret such a server made, and the credential fingerprints made with it.
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ import os
 from collections.abc import AsyncIterator
 
 from backends.base import UserBackend
-from backends.file import FileBackend
 from backends.sessions.base import SessionStore
+from homeserver import context
 from homeserver.config import Config
-from homeserver.context import create_backend, create_session_store
 from homeserver.credentials import Credentials
 from homeserver.errors import ConfigError
 from homeserver.tokens import load_secret
@@ -27,11 +26,8 @@ from homeserver.tokens import load_secret
 async def user_backend(config: Config, *, start: bool = True) -> AsyncIterator[UserBackend]:
     """The configured user backend, started unless `start` is False (adding and locking
     write the store without loading all of it first)."""
-    backend = create_backend(config)
-    if isinstance(backend, FileBackend):
-        # The server warns of a users file others may read; a command reads it, or
-        # rewrites it without access for others, and keeps its output to its answer.
-        backend.warn_exposed = False
+    # A command keeps its output to its answer: no warning of a users file others may read.
+    backend = context.create_backend(config, quiet=True)
     try:
         if start:
             await backend.start()
@@ -44,13 +40,8 @@ async def user_backend(config: Config, *, start: bool = True) -> AsyncIterator[U
 async def stores(config: Config) -> AsyncIterator[tuple[UserBackend, SessionStore]]:
     """The user backend and the session store, both started, of a server that has run here."""
     _check_session_store_exists(config)
-    async with user_backend(config) as backend:
-        store = create_session_store(config)
-        await store.start()
-        try:
-            yield backend, store
-        finally:
-            await store.close()
+    async with context.open_stores(config, quiet=True) as opened:
+        yield opened
 
 
 def _check_session_store_exists(config: Config) -> None:
@@ -78,8 +69,4 @@ def server_secret(config: Config) -> str:
 
 def server_credentials(config: Config, secret: str | None = None) -> Credentials:
     """The credential fingerprints' keys of that server (`secret`: server_secret, read already)."""
-    return Credentials(
-        secret if secret is not None else server_secret(config),
-        config.get("auth", "previous_jwt_secrets"),
-        end_on_password_change=config.get("sessions", "end_on_password_change"),
-    )
+    return context.build_credentials(config, secret if secret is not None else server_secret(config))

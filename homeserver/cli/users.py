@@ -1,4 +1,4 @@
-"""Command line: serve (default), hash-password, add-user, sessions."""
+"""`run.py hash-password`, `add-user`, `lock` and `unlock`: the user store's commands (the users file, Redis)."""
 
 from __future__ import annotations
 
@@ -10,20 +10,14 @@ import os
 import re
 import sys
 import unicodedata
-from collections.abc import Sequence
 
 from backends.base import STORED_FIELDS, User, UserBackend, UserExists, UserIncomplete, canonical_email
-from homeserver import __version__
-from homeserver.cli_adopt import add_command as add_adopt_command
-from homeserver.cli_delegation import add_commands as add_delegation_commands
-from homeserver.cli_issue import add_command as add_issue_command
-from homeserver.cli_sessions import UnknownTarget
-from homeserver.cli_sessions import add_commands as add_session_commands
-from homeserver.cli_stores import user_backend
+from homeserver.cli.common import Command, CommandError
+from homeserver.cli.stores import user_backend
 from homeserver.config import Config, load_config
 from homeserver.config_schema import server_name_problem
-from homeserver.errors import ConfigError, StoreDataError, StoreUnavailable
-from homeserver.logs import setup_cli_logging, setup_logging
+from homeserver.errors import ConfigError
+from homeserver.logs import setup_cli_logging
 from homeserver.names import MAX_USER_ID_BYTES, user_id
 from homeserver.passwords import hash_password
 
@@ -31,10 +25,6 @@ from homeserver.passwords import hash_password
 NAME_RE = re.compile(r"[a-z0-9._=\-/+]+")
 # mxc://<server name>/<media id>; media ids are A-Z a-z 0-9 _ - (Matrix "Matrix Content URIs").
 MXC_RE = re.compile(r"mxc://([^/]+)/[A-Za-z0-9_-]+")
-
-
-class CommandError(Exception):
-    """A user mistake on the command line; printed as one line."""
 
 
 def read_password(prompt: str = "Password: ") -> str:
@@ -72,27 +62,6 @@ def _check_avatar(value: str | None) -> None:
     match = MXC_RE.fullmatch(value)
     if match is None or server_name_problem(match.group(1)) is not None:
         raise CommandError(f"--avatar-url {value!r} is not an mxc:// URI (mxc://<server name>/<media id>)")
-
-
-def _config(args: argparse.Namespace) -> Config:
-    overrides = {
-        "server": {
-            "host": getattr(args, "host", None),
-            "port": getattr(args, "port", None),
-            "processes": getattr(args, "processes", None),
-        }
-    }
-    # The warnings wait until logging is set up, so they come out in its format (JSON lines).
-    return load_config(args.config, overrides=overrides, defer_warnings=True)
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    from homeserver.process.server import run
-
-    config = _config(args)
-    setup_logging(config.get("logging", "level"), config.get("logging", "format"))
-    config.log_warnings()
-    return run(config)
 
 
 def cmd_hash_password(args: argparse.Namespace) -> int:
@@ -241,29 +210,8 @@ def cmd_lock(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="run.py", description="Matrix login-and-profile homeserver.")
-    parser.add_argument("--version", action="version", version=f"homeserver {__version__}")
-    parser.add_argument("--config", help="TOML config file (default: conf/homeserver.toml)")
-    parser.add_argument("--host", help="listen address (overrides server.host)")
-    parser.add_argument("--port", type=int, help="listen port (overrides server.port)")
-    parser.add_argument("--processes", type=int, help="worker processes (overrides server.processes)")
-    parser.set_defaults(func=cmd_serve)
-    sub = parser.add_subparsers(
-        title="commands", metavar="{serve,hash-password,add-user,lock,unlock,sessions,delegation}"
-    )
-
-    def command(name: str, help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=help_text)
-        p.add_argument("--config", default=argparse.SUPPRESS, help="TOML config file")
-        return p
-
-    serve = command("serve", "serve HTTP (the default)")
-    serve.add_argument("--host", default=argparse.SUPPRESS, help="listen address")
-    serve.add_argument("--port", type=int, default=argparse.SUPPRESS, help="listen port")
-    serve.add_argument("--processes", type=int, default=argparse.SUPPRESS, help="worker processes")
-    serve.set_defaults(func=cmd_serve)
-
+def add_commands(command: Command) -> None:
+    """Add `hash-password`, `add-user`, `lock` and `unlock`."""
     hp = command("hash-password", "read a password on stdin, print the hex text of its bcrypt hash")
     hp.add_argument("--rounds", type=int, choices=range(4, 32), metavar="4..31", help="bcrypt cost")
     hp.set_defaults(func=cmd_hash_password)
@@ -292,25 +240,3 @@ def build_parser() -> argparse.ArgumentParser:
         lk = command(verb, what)
         lk.add_argument("name", help="account name or user ID")
         lk.set_defaults(func=cmd_lock, lock=locking)
-    sessions = add_session_commands(command)
-    add_adopt_command(sessions)
-    add_issue_command(sessions)
-    add_delegation_commands(command)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except (ConfigError, CommandError, UnknownTarget) as exc:
-        print(f"homeserver: error: {exc}", file=sys.stderr)
-        return 1
-    except StoreUnavailable as exc:
-        print(f"homeserver: error: user store unavailable: {exc}", file=sys.stderr)
-        return 1
-    except StoreDataError as exc:
-        print(f"homeserver: error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130

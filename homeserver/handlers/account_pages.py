@@ -2,9 +2,9 @@
 
 These handlers share the API's request plumbing but not BaseHandler (handlers/page_base.py):
 no CORS, no JSON errors, but a strict Content-Security-Policy, Tornado's XSRF check on every
-form and the page's own signed cookie session. The logic is the services': the page's own
-(`hs.account_page`), the login service's password check and `hs.devices`. API paths keep
-their JSON errors.
+form and the page's own browser session (its signed cookie). The logic is the services': the
+page's own (`hs.account_page`), the login service's password check and `hs.devices`. API
+paths keep their JSON errors.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from tornado.web import HTTPError
 
 from backends.base import User
 from homeserver import account_page as page
-from homeserver.account_page import PageSession, page_error
+from homeserver.account_page import BrowserSessionCookie, page_error
 from homeserver.devices import device_body, display_name_of
 from homeserver.errors import MatrixError, PageError
 from homeserver.handlers.page_base import NOTICES, WHY_SIGNED_OUT, PageHandler, StylesheetHandler, page_url
@@ -78,8 +78,8 @@ class AccountPageHandler(PageHandler):
         user = self.user
         assert user is not None
         values["devices"] = [device_body(device) for device in await self.hs.devices.list_devices(user.name)]
-        values["browsers"] = await self.hs.pages.list_open(user.name)
-        values["this_browser"] = self.session.nonce if self.session is not None else None
+        values["browsers"] = await self.hs.browser_sessions.list_open(user.name)
+        values["this_browser"] = self.browser_session.nonce if self.browser_session is not None else None
         values.setdefault("current", page.SESSIONS_LIST)
         self.render_page("sessions.html", status, title="Your sessions", **values)
 
@@ -97,7 +97,7 @@ class AccountPageHandler(PageHandler):
         if op == "sign_in":
             await self.sign_in()
             return
-        if self.user is None or self.session is None:
+        if self.user is None or self.browser_session is None:
             why = WHY_SIGNED_OUT.get(self.signed_out_why or "", "Sign in to continue.")
             action = page.action_of(self.get_body_argument("action", None))
             device_id = self.get_body_argument("device_id", None) or None
@@ -113,7 +113,7 @@ class AccountPageHandler(PageHandler):
         }.get(op)
         if handler is None:
             raise PageError(400, "The request could not be understood.")
-        await handler(self.user, self.session)
+        await handler(self.user, self.browser_session)
 
     def go(self, action: str | None = None, notice: str | None = None, **params: str | None) -> None:
         """303 to a page, with the outcome of the form (`notice`) in the flash cookie."""
@@ -135,12 +135,12 @@ class AccountPageHandler(PageHandler):
             return
         self.go(action, device_id=device_id if action in (page.SESSION_VIEW, page.SESSION_END) else None)
 
-    async def sign_out(self, user: User, session: PageSession) -> None:
-        await self.account_page.end(session)
+    async def sign_out(self, user: User, browser_session: BrowserSessionCookie) -> None:
+        await self.account_page.end(browser_session)
         self.clear_cookie(page.COOKIE)
         self.go(notice="signed_out")
 
-    async def rename(self, user: User, session: PageSession) -> None:
+    async def rename(self, user: User, browser_session: BrowserSessionCookie) -> None:
         device_id = self.get_body_argument("device_id", "")
         name = self.get_body_argument("display_name", "").strip()
         try:
@@ -153,7 +153,7 @@ class AccountPageHandler(PageHandler):
             return
         self.go(page.SESSION_VIEW, device_id=device_id, notice="renamed")
 
-    async def end_one(self, user: User, session: PageSession) -> None:
+    async def end_one(self, user: User, browser_session: BrowserSessionCookie) -> None:
         device_id = self.get_body_argument("device_id", "")
         # A device the user does not have is a 404 before anything ends (with delegation,
         # nothing is asked of Synapse for it either).
@@ -166,7 +166,7 @@ class AccountPageHandler(PageHandler):
         logger.info("account page: %s signed out device %r", user.name, device_id)
         self.go(page.SESSIONS_LIST, notice="ended")
 
-    async def end_others(self, user: User, session: PageSession) -> None:
+    async def end_others(self, user: User, browser_session: BrowserSessionCookie) -> None:
         """Every session but one: the one kept must be the user's (404 otherwise, as `end`),
         and ending sessions in bulk asks for the password, as signing out everywhere does."""
         keep = self.get_body_argument("device_id", "")
@@ -184,7 +184,7 @@ class AccountPageHandler(PageHandler):
         logger.info("account page: %s signed out %d devices but %r", user.name, len(others), keep)
         self.go(page.SESSION_VIEW, device_id=keep, notice="ended_others")
 
-    async def end_all(self, user: User, session: PageSession) -> None:
+    async def end_all(self, user: User, browser_session: BrowserSessionCookie) -> None:
         try:
             await self.account_page.confirm_password(user, self.get_body_argument("password", ""), self.client_ip)
         except MatrixError as exc:
@@ -196,7 +196,7 @@ class AccountPageHandler(PageHandler):
         logger.info("account page: %s signed out everywhere", user.name)
         self.go(notice="signed_out_everywhere")
 
-    async def approve_reset(self, user: User, session: PageSession) -> None:
+    async def approve_reset(self, user: User, browser_session: BrowserSessionCookie) -> None:
         try:
             await self.account_page.confirm_password(user, self.get_body_argument("password", ""), self.client_ip)
             await self.account_page.allow_cross_signing_reset(user)

@@ -16,16 +16,11 @@ from tornado.httpserver import HTTPServer
 from backends import secret_file
 from homeserver.app import make_app, make_metrics_app
 from homeserver.config import Config
-from homeserver.context import (
-    HomeServer,
-    build_homeserver,
-    create_backend,
-    create_session_store,
-)
+from homeserver.context import HomeServer, build_homeserver, open_stores, start_stores
 from homeserver.delegation import load_delegation_settings
 from homeserver.errors import ConfigError
+from homeserver.inflight import InFlight
 from homeserver.logs import gather_writes
-from homeserver.process.drain import InFlight
 from homeserver.process.httpserver import Server
 from homeserver.process.listen import Listeners, bind_listeners
 from homeserver.process.workers import EXIT_CONFIG, run_workers, watch_parent
@@ -103,16 +98,8 @@ async def probe_backend(config: Config) -> None:
     A bad store fails here, in the parent, and the session store's schema is created or
     migrated once, before the workers start.
     """
-    backend = create_backend(config)
-    try:
-        await backend.start()
-    finally:
-        await backend.close()
-    store = create_session_store(config)
-    try:
-        await store.start()
-    finally:
-        await store.close()
+    async with open_stores(config):
+        pass  # started, and closed again: each worker opens its own
 
 
 def log_listening(sockets: list[socket.socket], what: str) -> None:
@@ -126,15 +113,9 @@ async def serve(config: Config, listeners: Listeners, worker: int | None = None,
     A worker (`worker` its index) also stops when its `parent` process is gone.
     """
     # Load the users before anything else, so a broken store fails start-up cleanly.
-    backend = create_backend(config)
-    await backend.start()
-    session_store = create_session_store(config)
-    try:
-        await session_store.start()
-    except BaseException:
-        await backend.close()
-        raise
+    backend, session_store = await start_stores(config)
     hs = build_homeserver(config, backend, session_store)
+    await hs.start()
     sweeper = asyncio.ensure_future(
         hs.devices.sweep_forever(hs.users, config.get("sessions", "sweep_interval"))
     )

@@ -1,4 +1,4 @@
-"""The one way the command-line commands open and close the stores (homeserver/cli_stores.py)."""
+"""The one way the command-line commands open and close the stores (homeserver/cli/stores.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import os
 import pytest
 
 from backends.file import FileBackend
-from homeserver import cli_stores
+from homeserver import context
+from homeserver.cli import stores as cli_stores
 from homeserver.config import build_config
 from homeserver.errors import ConfigError
 
@@ -19,8 +20,8 @@ def closed(monkeypatch) -> list[str]:
     events: list[str] = []
 
     def recording(create, what):
-        def make(config):
-            thing = create(config)
+        def make(config, **options):
+            thing = create(config, **options)
             close = thing.close
 
             async def recorded_close():
@@ -32,8 +33,8 @@ def closed(monkeypatch) -> list[str]:
 
         return make
 
-    monkeypatch.setattr(cli_stores, "create_backend", recording(cli_stores.create_backend, "backend"))
-    monkeypatch.setattr(cli_stores, "create_session_store", recording(cli_stores.create_session_store, "store"))
+    monkeypatch.setattr(context, "create_backend", recording(context.create_backend, "backend"))
+    monkeypatch.setattr(context, "create_session_store", recording(context.create_session_store, "store"))
     return events
 
 

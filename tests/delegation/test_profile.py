@@ -45,7 +45,7 @@ async def test_a_lock_and_an_unlock_reach_synapse_when_the_users_file_is_reloade
 
 async def test_the_sweep_tells_synapse_a_lock_no_reload_named(login, synapse, hs, users_path):
     await login()
-    hs.backend.on_change = None  # as Redis and LDAP: nothing says the account changed
+    await hs.stop()  # as for Redis and LDAP: nothing follows what the account store says changed
     set_locked(users_path, True)
     await hs.backend.reload()
     assert synapse.users["alice"]["locked"] is False

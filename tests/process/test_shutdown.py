@@ -229,7 +229,8 @@ def test_broken_users_file_at_start_is_exit_1(tmp_path, processes):
 
 @pytest.mark.parametrize("argv", [["--processes", "3"], ["serve", "--processes", "3"]])
 def test_processes_flag_overrides_config(tmp_path, argv):
-    from homeserver.cli import _config, build_parser
+    from homeserver.cli import build_parser
+    from homeserver.cli.serve import _config
 
     config = tmp_path / "homeserver.toml"
     config.write_text("[server]\nprocesses = 1\n")
