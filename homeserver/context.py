@@ -67,12 +67,12 @@ class HomeServer:
     credentials: Credentials
     checker: PasswordChecker
     limits: LoginLimits
+    uia: UserInteractiveAuth
     sessions: Sessions
     # The Synapse this server is the authentication service of; None when `[delegation]` is off.
     delegation: Delegation | None
     # The account page's sign-ins, kept beside the sessions (backends.sessions.pages).
     browser_sessions: BrowserSessions
-    uia: UserInteractiveAuth
     devices: Devices
     auth: Auth
     login: LoginService
@@ -118,28 +118,43 @@ def build_homeserver(
     session_store = session_store if session_store is not None else create_session_store(config)
     server_name = config.get("server", "server_name")
     metrics = Metrics() if config.get("metrics", "enabled") else None
+
+    # Who the users are and how they prove it: the user store's one door, the signing secret's
+    # tokens, the fingerprints of each session's credential, the password pool, the limits.
     users = Users(backend, metrics)
-    auth = config.section("auth")
-    tokens = TokenIssuer(load_secret(config), auth["token_lifetime"], previous=auth["previous_jwt_secrets"])
+    settings = config.section("auth")
+    tokens = TokenIssuer(load_secret(config), settings["token_lifetime"], previous=settings["previous_jwt_secrets"])
     credentials = build_credentials(config, tokens.secret)
-    checker = PasswordChecker(auth["bcrypt_workers"], auth["max_pending_logins"], auth["bcrypt_rounds"])
+    checker = PasswordChecker(settings["bcrypt_workers"], settings["max_pending_logins"], settings["bcrypt_rounds"])
     limits = LoginLimits.from_config(
         config.section("rate_limit"),
         shared=buckets_of(session_store),
         on_fallback=metrics.observe_ratelimit_fallback if metrics is not None else None,
     )
+    uia = UserInteractiveAuth(tokens.secret, users, checker, limits, server_name)
+
+    # Sessions, and what follows every end of one: Synapse told (delegation), the account
+    # page's browser sessions ended with all of a user's, an OAuth grant's refresh token with
+    # its access token.
     sessions = build_sessions(config, session_store, metrics)
     delegation = build_delegation(config, sessions, metrics)
     browser_sessions = page_sessions_for(session_store)
-    uia = UserInteractiveAuth(tokens.secret, users, checker, limits, server_name)
-    devices = Devices(
-        sessions, uia, delegation, credentials, browser_sessions=browser_sessions,
-        # With `[oauth]`, a logout of an OAuth access token ends its refresh token too (the whole device).
-        grants=create_oauth_store(session_store) if config.get("oauth", "enabled") else None,
-    )
+    grants = create_oauth_store(session_store) if config.get("oauth", "enabled") else None
+    devices = Devices(sessions, uia, delegation, credentials, browser_sessions=browser_sessions, grants=grants)
+
+    # The services the handlers call.
+    auth = Auth(tokens, sessions, users, server_name, credentials, end_stale=devices.end_stale)
     login = LoginService(
         users=users, tokens=tokens, checker=checker, sessions=sessions, server_name=server_name, limits=limits,
         metrics=metrics, credentials=credentials, delegation=delegation,
+    )
+    oauth = build_oauth(
+        config, session_store, users=users, devices=devices, credentials=credentials, tokens=tokens,
+        delegation=delegation,
+    )
+    account_page = AccountPage(
+        users=users, browser_sessions=browser_sessions, login=login, credentials=credentials, delegation=delegation,
+        server_name=server_name,
     )
     return HomeServer(
         config=config,
@@ -156,21 +171,15 @@ def build_homeserver(
         credentials=credentials,
         checker=checker,
         limits=limits,
+        uia=uia,
         sessions=sessions,
         delegation=delegation,
         browser_sessions=browser_sessions,
-        uia=uia,
         devices=devices,
-        auth=Auth(tokens, sessions, users, server_name, credentials, end_stale=devices.end_stale),
+        auth=auth,
         login=login,
-        oauth=build_oauth(
-            config, session_store, users=users, devices=devices, credentials=credentials, tokens=tokens,
-            delegation=delegation,
-        ),
-        account_page=AccountPage(
-            users=users, browser_sessions=browser_sessions, login=login, credentials=credentials,
-            delegation=delegation, server_name=server_name,
-        ),
+        oauth=oauth,
+        account_page=account_page,
     )
 
 
