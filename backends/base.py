@@ -22,6 +22,10 @@ class User:
     identity where the store has one (LDAP entryUUID / objectGUID), `password_stamp` what
     changes with the password where the store checks passwords itself (LDAP bind mode:
     pwdChangedTime / pwdLastSet). Both None where the store has no such thing.
+
+    `admin`: the store makes the user an administrator (a record's or hash's `admin`, an
+    LDAP entry matching `admin_filter`); `mfa_required`: the user must have a second factor
+    (a record's or hash's `mfa_required`, an entry matching `mfa_required_filter`).
     """
 
     name: str
@@ -33,18 +37,23 @@ class User:
     locked: bool = False
     uid: str | None = None
     password_stamp: str | None = None
+    admin: bool = False
+    mfa_required: bool = False
 
 
+# The yes-or-no fields of a record: true when set, left out of the record when not.
+FLAG_FIELDS = ("locked", "admin", "mfa_required")
 # The fields a users-file record or a Redis user hash holds (add-user writes them); `uid`
 # and `password_stamp` come from directories only.
-STORED_FIELDS = ("name", "password", "ident", "display_name", "avatar_url", "email", "locked")
+STORED_FIELDS = ("name", "password", "ident", "display_name", "avatar_url", "email", *FLAG_FIELDS)
 
 
 def stored_fields(user: User) -> dict[str, object]:
     """The record fields of `user` as add-user writes them; None leaves a field out (an
-    unlocked account carries no `locked`)."""
+    unlocked account carries no `locked`, a user who is no admin no `admin`)."""
     fields: dict[str, object] = {name: getattr(user, name) for name in STORED_FIELDS}
-    fields["locked"] = True if user.locked else None
+    for flag in FLAG_FIELDS:
+        fields[flag] = True if fields[flag] else None
     return fields
 
 
@@ -97,6 +106,19 @@ class UserBackend(abc.ABC):
         match (each backend documents how). Raise `StoreUnavailable` when the store
         cannot answer and `StoreDataError` for a malformed record.
         """
+
+    async def list_users(self) -> list[User]:
+        """Every user of the store, whole, read without holding the event loop.
+
+        One User per name `get_user` answers for, with every field a lookup gives (the
+        profile's display name, ident and avatar, the e-mail address, locked, admin,
+        mfa_required), so a caller needs no second lookup per user. Names are as stored;
+        a caller that hands them to Matrix still checks them (homeserver.names). Raise
+        `StoreIncomplete`, never a shorter list, when the whole store could not be read
+        (the store down or failing part-way, a server limit hit, a referral not followed,
+        a users file that does not parse, a malformed record).
+        """
+        raise NotImplementedError(f"the {self.name} backend cannot list its users")
 
     async def get_users_by_email(self, address: str) -> list[User]:
         """Every user holding this e-mail address (canonical form, see `canonical_email`).
@@ -164,6 +186,22 @@ class StoreUnavailable(Exception):
         super().__init__(message)
         self.retry_after = retry_after
         self.store = store  # which store: "user store" or "session store"
+
+
+class StoreIncomplete(Exception):
+    """`list_users` could not read the whole store; a caller must not take a user missing
+    from `users` as gone (the sweep deactivates no one).
+
+    `str()` is one line saying why (no secrets). `users`: the users that were read, which
+    are sound and may still be used (provisioned); `unreadable`: names found in the store
+    whose records could not be used (malformed), so they are not gone either.
+    """
+
+    def __init__(self, reason: str, *, users: list[User] | None = None, unreadable: list[str] | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.users: list[User] = users or []
+        self.unreadable: list[str] = unreadable or []
 
 
 class StoreDataError(Exception):

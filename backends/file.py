@@ -15,7 +15,7 @@ from typing import Any
 from tornado.ioloop import PeriodicCallback
 
 from backends import file_writer
-from backends.base import ConfigError, User, UserBackend, canonical_email, resolve_path
+from backends.base import ConfigError, StoreIncomplete, User, UserBackend, canonical_email, resolve_path
 from backends.file_writer import write_atomically as write_atomically  # where tests and tools found it
 from backends.local_disk import on_local_disk
 from backends.secret_file import warn_if_exposed
@@ -228,6 +228,20 @@ class FileBackend(UserBackend):
             stored = self.folded.get(name.casefold())
             user = self.users.get(stored) if stored is not None else None
         return user
+
+    async def list_users(self) -> list[User]:
+        """The users of the file as it is now, off the loop: the copy in memory when the file
+        is the version it was read from, else the file read again. A file that is missing,
+        does not parse or fails its checks (an editor mid-write, a typo) is `StoreIncomplete`,
+        never the last good copy: that is what the server keeps serving, not the store."""
+        loop = asyncio.get_running_loop()
+        signature = await loop.run_in_executor(None, file_signature, self.path)
+        if signature is not None and signature == self.signature:
+            return list(self.users.values())
+        _, users = await loop.run_in_executor(None, read_versioned, self.path, self.check_passwords)
+        if isinstance(users, ConfigError):
+            raise StoreIncomplete(str(users))
+        return list(users.values())
 
     async def get_users_by_email(self, address: str) -> list[User]:
         if self._poller is not None and time.monotonic() - self._checked >= FRESHNESS:

@@ -15,6 +15,7 @@ from typing import Any
 import ldap3
 
 from backends.base import StoreUnavailable, User, UserBackend
+from backends.ldap_listing import Listing
 from backends.ldap_mapping import LdapUser, email_filter, entry_user, name_filter
 from backends.ldap_pool import (
     INVALID_CREDENTIALS,
@@ -47,10 +48,12 @@ class LdapBackend(UserBackend):
         else:
             wanted += PASSWORD_STAMP_ATTRIBUTES
         # The account state comes with the same search: the entry's identity and what the
-        # lock filter reads (operational attributes are only sent when asked for by name).
+        # lock, admin and second-factor filters read (operational attributes such as
+        # memberOf are only sent when asked for by name).
         wanted += IDENTITY_ATTRIBUTES
-        if settings.locked is not None:
-            wanted += settings.locked.attributes
+        for entry_filter in (settings.locked, settings.admin, settings.mfa_required):
+            if entry_filter is not None:
+                wanted += entry_filter.attributes
         self._wanted = list(dict.fromkeys(wanted))
 
     @classmethod
@@ -62,9 +65,11 @@ class LdapBackend(UserBackend):
     async def start(self) -> None:
         s = self.settings
         logger.info(
-            "LDAP backend: %s, base %s, mode %s%s%s, locked: %s", ", ".join(s.uris), " then ".join(map(repr, s.bases)),
-            s.mode, ", StartTLS" if s.start_tls else "", ", Active Directory names" if s.active_directory else "",
-            s.locked.text if s.locked is not None else "-",
+            "LDAP backend: %s, base %s, mode %s%s%s, locked: %s%s%s", ", ".join(s.uris),
+            " then ".join(map(repr, s.bases)), s.mode, ", StartTLS" if s.start_tls else "",
+            ", Active Directory names" if s.active_directory else "", s.locked.text if s.locked is not None else "-",
+            f", admins: {s.admin.text}" if s.admin is not None else "",
+            f", second factor required: {s.mfa_required.text}" if s.mfa_required is not None else "",
         )
         try:
             await self.check_health()
@@ -78,6 +83,10 @@ class LdapBackend(UserBackend):
 
     async def get_users_by_email(self, address: str) -> list[User]:
         return await self.pool.run(self._find_by_email, address)
+
+    async def list_users(self) -> list[User]:
+        """Every entry matching `filter` under the bases, by paged searches (backends.ldap_listing)."""
+        return await Listing(self.settings, self.pool, self._wanted).run()
 
     async def verify_password(self, user: User, password: str) -> bool | None:
         if self.settings.mode != "bind":

@@ -1,6 +1,8 @@
-"""Locked directory accounts: `[backend.ldap] locked_filter`, evaluated on the entry the lookup fetched.
+"""Filters on a user's own entry, evaluated on the entry the lookup fetched: `[backend.ldap]
+locked_filter` (locked accounts), `admin_filter` (administrators) and `mfa_required_filter`
+(who must have a second factor).
 
-The lock comes with the user lookup every authenticated request already makes: the search
+The lock (and the other two) comes with the user lookup every authenticated request already makes: the search
 asks for the attributes the filter names, and the filter is evaluated here, on those
 values, so no second search (and no second round trip) is made. The defaults fit the
 directories people run:
@@ -12,7 +14,9 @@ directories people run:
   `(nsAccountLock=TRUE)`.
 
 Matching follows the directories' usual rules closely enough for these attributes:
-integers compare as numbers, other values without regard to case or surrounding spaces;
+integers compare as numbers, other values without regard to case or surrounding spaces,
+distinguished names (a group in `memberOf`) also without regard to the spaces around `,`
+and `=`;
 `>=`/`<=` compare numbers, else text (generalized times compare right as text);
 presence, substrings, `!`, `&`, `|`; the bitwise matching rules of Active Directory
 (1.2.840.113556.1.4.803 AND, .804 OR; OpenLDAP calls them integerBitAndMatch and
@@ -24,7 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ldap3.core.exceptions import LDAPInvalidFilterError
+from ldap3.core.exceptions import LDAPInvalidDnError, LDAPInvalidFilterError
 from ldap3.operation.search import (
     AND,
     MATCH_APPROX,
@@ -40,6 +44,7 @@ from ldap3.operation.search import (
     FilterNode,
     parse_filter,
 )
+from ldap3.utils.dn import parse_dn
 
 from backends.base import ConfigError
 
@@ -67,6 +72,16 @@ def _unescape(value: bytes) -> str:
 
 def _normal(value: str) -> str:
     return " ".join(value.split()).casefold()
+
+
+def _normal_dn(value: str) -> str | None:
+    """A distinguished name as its RDNs compare (types and values case-folded, spaces around
+    separators dropped); None for text that is no DN."""
+    try:
+        parts = parse_dn(value, escape=False, strip=True)
+    except (LDAPInvalidDnError, ValueError, TypeError, IndexError):
+        return None
+    return "".join(f"{kind.strip().casefold()}={_normal(text)}{sep}" for kind, text, sep in parts)
 
 
 def _integer(value: str) -> int | None:
@@ -104,7 +119,14 @@ class _Node:
     def _value_matches(self, text: str) -> bool:
         if self.kind in (MATCH_EQUAL, MATCH_APPROX):
             a, b = _integer(text), _integer(self.value)
-            return a == b if a is not None and b is not None else _normal(text) == _normal(self.value)
+            if a is not None and b is not None:
+                return a == b
+            if _normal(text) == _normal(self.value):
+                return True
+            if "=" in text and "=" in self.value:
+                dn = _normal_dn(text)
+                return dn is not None and dn == _normal_dn(self.value)
+            return False
         if self.kind in (MATCH_GREATER_OR_EQUAL, MATCH_LESS_OR_EQUAL):
             a, b = _integer(text), _integer(self.value)
             if a is not None and b is not None:
@@ -130,7 +152,9 @@ class _Node:
 
 
 class LockFilter:
-    """A parsed `locked_filter`: which attributes it needs, and whether an entry matches."""
+    """A parsed entry filter (`locked_filter`, `admin_filter`, `mfa_required_filter`): which
+    attributes it needs (asked for by name, so operational ones such as memberOf come too),
+    and whether an entry matches."""
 
     def __init__(self, text: str, key: str = "backend.ldap.locked_filter") -> None:
         text = text.strip()
@@ -175,5 +199,5 @@ class LockFilter:
         return built
 
     def matches(self, values: Values) -> bool:
-        """Whether an entry with these raw values (attribute names in lower case) is locked."""
+        """Whether an entry with these raw values (attribute names in lower case) matches."""
         return self.root.matches(values)

@@ -84,6 +84,13 @@ def name_filter(settings: LdapSettings, name: str) -> tuple[str, bool]:
     return _with_operator_filter(settings, _any_of(settings.attributes["name"], name)), False
 
 
+def listing_filter(settings: LdapSettings) -> str:
+    """The search filter of a whole-directory listing: entries with a name, ANDed with the
+    operator's filter (so organizational units and service accounts are left out)."""
+    present = [f"({attr}=*)" for attr in settings.attributes["name"]]
+    return _with_operator_filter(settings, present[0] if len(present) == 1 else f"(|{''.join(present)})")
+
+
 def email_filter(settings: LdapSettings, address: str) -> str:
     """The search filter for an address: the e-mail attributes (and, on Active Directory, the
     UPN, which Element sends as an address since it has an @)."""
@@ -145,8 +152,11 @@ def entry_user(
                 break
     if settings.lowercase_user_ids:
         name = name.lower()
-    # The account state, from the same entry: locked, its own identity, its password's stamp.
+    # The account state, from the same entry: locked, admin, second factor required, its own
+    # identity, its password's stamp.
     locked = settings.locked.matches(attrs) if settings.locked is not None else False
+    admin = settings.admin.matches(attrs) if settings.admin is not None else False
+    mfa_required = settings.mfa_required.matches(attrs) if settings.mfa_required is not None else False
     uid = first_text(attrs, IDENTITY_ATTRIBUTES, dn) or f"dn:{dn.lower()}"
     stamp = first_text(attrs, PASSWORD_STAMP_ATTRIBUTES, dn) if settings.mode == "bind" else None
     return LdapUser(
@@ -159,5 +169,28 @@ def entry_user(
         locked=locked,
         uid=uid,
         password_stamp=stamp,
+        admin=admin,
+        mfa_required=mfa_required,
         dn=dn,
     )
+
+
+def entry_users(settings: LdapSettings, entry: dict[str, Any]) -> list[LdapUser]:
+    """Every user an entry is, as lookups find them: one per value of the name attribute (a
+    second uid is a second name a person logs in with), or, with several name attributes,
+    the one user of the first listed attribute's value. StoreDataError as `entry_user`."""
+    roles = settings.attributes["name"]
+    if len(roles) > 1:
+        user = entry_user(settings, entry, None, False)
+        return [user] if user is not None else []
+    attrs = {key.lower(): values for key, values in (entry.get("raw_attributes") or {}).items()}
+    users: dict[str, LdapUser] = {}
+    for raw in attrs.get(roles[0].lower(), []):
+        try:
+            name = bytes(raw).decode("utf-8")
+        except UnicodeDecodeError:
+            continue  # no name anyone can type
+        user = entry_user(settings, entry, name, False)
+        if user is not None:
+            users.setdefault(user.name, user)
+    return list(users.values())

@@ -148,7 +148,26 @@ class LdapPool:
             raise
         except (LDAPException, OSError) as exc:
             self._drop(slot, conn)
-            raise _ConnectionLost(_why(exc)) from None
+            raise _ConnectionLost(why(exc)) from None
+
+    def open_connection(self, deadline: float) -> ldap3.Connection:
+        """A service connection of its own, not this thread's (run it with `run`): for work that
+        spans several jobs on whichever threads, one job at a time, such as a paged search,
+        whose cookie is good on its connection only. Give it back with `release`."""
+        return self._connect(service=True)
+
+    def release(self, conn: ldap3.Connection) -> None:
+        """Close a connection from `open_connection`, on a worker thread: a job that timed out
+        may still hold it (ldap3 locks it for the operation), and the loop must not wait."""
+        try:
+            self._executor.submit(self._forget, conn)
+        except RuntimeError:  # pool shut down: close() closed every open connection
+            pass
+
+    def _forget(self, conn: ldap3.Connection) -> None:
+        with self._lock:
+            self._open_connections.discard(conn)
+        self._close_quietly(conn)
 
     def _open_slot(self, slot: str) -> ldap3.Connection:
         conn = self._connect(service=slot == "service")
@@ -194,7 +213,7 @@ class LdapPool:
                     raise DirectoryFault(f"{server.host}: service bind failed: {describe(conn)}")
             except (LDAPException, OSError, DirectoryFault) as exc:
                 self._close_quietly(conn)
-                problems.append(f"{server.host}:{server.port}: {_why(exc)}")
+                problems.append(f"{server.host}:{server.port}: {why(exc)}")
                 continue
             with self._lock:
                 self._open_connections.add(conn)
@@ -242,7 +261,7 @@ def describe(conn: ldap3.Connection) -> str:
     return text
 
 
-def _why(exc: BaseException) -> str:
+def why(exc: BaseException) -> str:
     """One readable line for an exception (ldap3 wraps some messages in tuples)."""
     value: Any = exc.args[0] if exc.args else ""
     while isinstance(value, tuple) and value:

@@ -46,6 +46,8 @@ class LdapSettings:
     active_directory: bool = False
     lowercase_user_ids: bool = False
     locked: LockFilter | None = None  # `locked_filter`, or the directory's default
+    admin: LockFilter | None = None  # `admin_filter`; None: no entry makes an admin
+    mfa_required: LockFilter | None = None  # `mfa_required_filter`; None: no entry must have one
     # The ident as the profile shows it: "{ident}" stands for the ident attribute's value
     # (" ({ident})" with ident = "uid" gives "Alice Liddell (alice)").
     ident_template: str = "{ident}"
@@ -106,6 +108,12 @@ def _check_ident_template(template: str) -> str:
 def ident_text(template: str, ident: str) -> str:
     """Fill the ident template (checked by `_check_ident_template`) with the ident attribute's value."""
     return template.format(ident=ident)
+
+
+def _optional_filter(options: dict[str, Any], key: str) -> LockFilter | None:
+    """An entry filter that is off when empty (`admin_filter`, `mfa_required_filter`)."""
+    text = options.get(key) or ""
+    return LockFilter(text, f"backend.ldap.{key}") if text.strip() else None
 
 
 def _as_list(value: str | list[str]) -> list[str]:
@@ -169,4 +177,6 @@ def parse_settings(options: dict[str, Any], config_dir: str) -> LdapSettings:
             or default_filter(options["active_directory"], options.get("locked_out_is_locked", False))
         ),
         ident_template=_check_ident_template(options.get("ident_template", "{ident}")),
+        admin=_optional_filter(options, "admin_filter"),
+        mfa_required=_optional_filter(options, "mfa_required_filter"),
     )

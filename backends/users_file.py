@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from backends.base import ConfigError, User
+from backends.base import FLAG_FIELDS, ConfigError, User
 from backends.hashes import operator_mistake
 
 REQUIRED = ("name", "password", "ident")
@@ -40,8 +40,9 @@ def parse_users(document: Any, source: str, *, check_passwords: bool = True) -> 
         for key in OPTIONAL:
             if record.get(key) is not None and not isinstance(record[key], str):
                 raise ConfigError(f"{where}: field {key!r} must be a string")
-        if record.get("locked") is not None and not isinstance(record["locked"], bool):
-            raise ConfigError(f"{where}: field 'locked' must be true or false")
+        for key in FLAG_FIELDS:
+            if record.get(key) is not None and not isinstance(record[key], bool):
+                raise ConfigError(f"{where}: field {key!r} must be true or false")
         if record["name"] in users:
             raise ConfigError(f"{where}: duplicate name")
         problem = operator_mistake(record["password"]) if check_passwords else None
@@ -55,5 +56,7 @@ def parse_users(document: Any, source: str, *, check_passwords: bool = True) -> 
             avatar_url=record.get("avatar_url"),
             email=record.get("email"),
             locked=record.get("locked") is True,
+            admin=record.get("admin") is True,
+            mfa_required=record.get("mfa_required") is True,
         )
     return users

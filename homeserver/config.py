@@ -21,7 +21,7 @@ ENV_PREFIX = "HOMESERVER_"
 # systemd's StateDirectory= names in this variable, when it is set (conf/homeserver.service).
 STATE_DIRECTORY_ENV = "STATE_DIRECTORY"
 # Keys naming files the server writes: relative ones are taken from the state directory.
-WRITTEN_FILES = (("sessions.sqlite", "path"), ("auth", "secret_file"))
+WRITTEN_FILES = (("sessions.sqlite", "path"), ("auth", "secret_file"), ("mfa", "key_file"))
 # The connection keys [sessions.redis] takes from [backend.redis] when it has no url of its own.
 REDIS_CONNECTION_KEYS = ("url", "mode", "sentinels", "service_name", "sentinel_password", "cluster_nodes")
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf", "homeserver.toml")

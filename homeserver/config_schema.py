@@ -87,6 +87,12 @@ def _secrets(value: Any) -> str | None:
     return None
 
 
+def _empty_or_secret(value: Any) -> str | None:
+    if not value or len(value.encode("utf-8")) >= 32:
+        return None
+    return "must be at least 32 bytes (leave it empty to generate one)"
+
+
 def _positive(value: Any) -> str | None:
     return None if value > 0 else "must be greater than 0"
 
@@ -200,6 +206,11 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "locked_filter": Field("str", ""),
         # With active_directory: also lock accounts locked out by failed logons (lockoutTime).
         "locked_out_is_locked": Field("bool", False),
+        # Entries matching this filter are admins (their tokens carry urn:synapse:admin:*),
+        # e.g. "(memberOf=cn=matrix-admins,ou=groups,dc=example,dc=org)". Empty: none.
+        "admin_filter": Field("str", ""),
+        # Entries matching this filter must have a second factor ([mfa]). Empty: none.
+        "mfa_required_filter": Field("str", ""),
     },
     "backend.ldap.attributes": {
         "name": Field("str_or_list", "uid"),
@@ -271,6 +282,24 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "access_token_lifetime": Field("int", 300, _range(1, 86400)),
         # Seconds the codes of a device sign-in (RFC 8628) live, for the person to approve it.
         "device_code_lifetime": Field("int", 900, _range(10, 3600)),
+    },
+    "mfa": {
+        # Second factors (docs/mfa.md): authenticator apps, passkeys and recovery codes, asked
+        # at every browser sign-in of a person who has one. Off: nothing changes.
+        "enabled": Field("bool", False),
+        # "all": everyone must have one (led to add it at their next browser sign-in).
+        "required": Field("str", "none", _one_of("none", "all")),
+        # The key sealing authenticator-app secrets (AES-256-GCM), at least 32 bytes; empty:
+        # generated on first start and kept in key_file, as [auth] jwt_secret / secret_file.
+        "key": Field("str", "", _empty_or_secret),
+        "key_file": Field("str", "mfa.key", _non_empty),
+        # Keys of before a rotation: what they sealed still opens; new secrets use the key.
+        "previous_keys": Field("str_list", [], _secrets),
+        # The name authenticator apps show beside the account; empty: [server] server_name.
+        "issuer": Field("str", ""),
+        # Wrong codes per person, over every process on the session store (token bucket).
+        "failed_codes_per_second": Field("float", 0.017, _positive),
+        "failed_codes_burst": Field("int", 5, _range(1)),
     },
     "metrics": {
         "enabled": Field("bool", False),

@@ -4,9 +4,11 @@
 # certificates), the browser the account page tests drive (chromium, chromium-driver),
 # Node.js with npm (the matrix-js-sdk client test installs its package from the npm
 # registry), curl (the README's curl sessions are run), nginx (the reverse proxy in front of
-# Synapse in the delegation tests) and python3-olm (matrix-nio's encryption, for Debian's
-# python3; the test makes its virtualenv, tests/support/nio_e2e.py). Needs root (or sudo). Then matrix-synapse from PyPI into its
-# cached virtualenv outside the repository (tests/support/synapse.py), as the user running the tests.
+# Synapse in the delegation tests), python3-olm (matrix-nio's encryption, for Debian's
+# python3; the test makes its virtualenv, tests/support/nio_e2e.py) and postgresql (the migration
+# tests start private clusters; the package's own is kept from starting). Needs root (or sudo).
+# Then matrix-synapse from PyPI into its cached virtualenv outside the repository, with
+# psycopg2-binary and matrix-synapse-ldap3 (tests/support/synapse.py), as the user running the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 install_synapse() {
@@ -28,6 +30,8 @@ command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
+# PostgreSQL's binaries, for the private clusters of the migration tests (tests/support/postgres.py).
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql)
 python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 # libolm's Python binding for Debian's python3: matrix-nio's encryption in the tests (tests/support/nio_e2e.py).
 /usr/bin/python3 -c 'import olm' >/dev/null 2>&1 || need+=(python3-olm)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Pin every dependency, with the hashes of every file PyPI has for the pinned releases:
 #   constraints.txt      what requirements.txt needs (the server; README: pip install --require-hashes)
+#   constraints-migrate.txt  what requirements-migrate.txt adds (migrate-synapse's optional
+#                        PostgreSQL driver), with the same pins as constraints.txt for what they share;
 #   constraints-dev.txt  what requirements-dev.txt needs (the tests, lint, types; scripts/test.sh),
-#                        with the same pins as constraints.txt for what they share.
+#                        with the same pins as the two above for what they share.
 # requirements*.txt keep their ranges; these files say which releases within them are installed,
 # so a new release of any dependency changes nothing until this script is run again.
 #
@@ -23,5 +25,8 @@ compile() {
         --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links "$@"
 }
 compile "$@" --output-file constraints.txt requirements.txt
-compile "$@" --constraint constraints.txt --output-file constraints-dev.txt requirements-dev.txt
-echo "constraints.txt: $(grep -c '^[a-zA-Z]' constraints.txt) pins; constraints-dev.txt: $(grep -c '^[a-zA-Z]' constraints-dev.txt) pins"
+compile "$@" --constraint constraints.txt --output-file constraints-migrate.txt requirements-migrate.txt
+compile "$@" --constraint constraints.txt --constraint constraints-migrate.txt --output-file constraints-dev.txt requirements-dev.txt
+for lock in constraints.txt constraints-migrate.txt constraints-dev.txt; do
+    echo "$lock: $(grep -c '^[a-zA-Z]' "$lock") pins"
+done

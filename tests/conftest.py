@@ -29,12 +29,14 @@ Fetch = Callable[..., Awaitable[Response]]
 # node, calls their starters itself.
 TIER_FIXTURES = {
     "redis": {"redis_server", "redis_url", "redis_users", "redis_cluster", "sentinel_setup"},
-    "ldap": {"slapd"},
-    "synapse": {"synapse_stack"},
+    "ldap": {"slapd"},  # and any fixture named *_slapd (a test's private directory)
+    "synapse": {"synapse_stack", "synapse_schema_sqlite", "synapse_schema_postgres", "synapse_db",
+                "synapse_before", "synapse_auth_code"},
+    "postgres": {"postgres_cluster"},
     "browser": {"driver", "axe_source"},
     "node": {"js_sdk", "js_chat", "js_upload", "axe_source"},
 }
-TIER_PARAMS = {"redis": "redis", "ldap": "ldap"}
+TIER_PARAMS = {"redis": "redis", "ldap": "ldap", "postgres": "postgres"}
 TIER_CALLS = {"browser": {"chrome"}, "node": {"install_js_sdk"}}
 # A per-test limit above pytest.ini's default: a real Synapse starts (and, the first time,
 # its virtualenv is made) inside the test that first needs it.
@@ -44,6 +46,8 @@ TIER_TIMEOUTS = {"synapse": 900}
 def tiers_of(item: pytest.Item) -> set[str]:
     names = set(getattr(item, "fixturenames", ()))
     tiers = {tier for tier, fixtures in TIER_FIXTURES.items() if names & fixtures}
+    if any(name.endswith("_slapd") for name in names):
+        tiers.add("ldap")
     callspec = getattr(item, "callspec", None)
     params = callspec.params if callspec is not None else {}
     tiers |= {tier for tier, value in TIER_PARAMS.items() if value in params.values()}

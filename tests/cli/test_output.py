@@ -10,7 +10,9 @@ import pty
 import socket
 import subprocess
 import sys
+import time
 
+from backends.file import FRESHNESS
 from tests.support.helpers import DEFAULT_USERS, JWT_SECRET
 from tests.support.servers import LOGIN, ROOT, WHOAMI, Server, call, run_py
 
@@ -40,11 +42,17 @@ def test_lock_takes_effect_at_the_next_request_not_the_next_poll(tmp_path):
     server = Server("--config", conf)
     try:
         token = login_token(server.port)
+        checked = time.monotonic()  # the login's lookup checked the file
         done = run_py("lock", "alice", "--config", conf)
         assert (done.returncode, done.stdout) == (0, "locked @alice:localhost\n"), done.stderr
+        # The promise is the next request once FRESHNESS has passed since the last check (a
+        # command can finish sooner on a fast machine): still far from the next poll.
+        time.sleep(max(0.0, checked + FRESHNESS - time.monotonic()))
         assert call(server.port, WHOAMI, token=token) == (401, LOCKED)
+        checked = time.monotonic()
         done = run_py("unlock", "alice", "--config", conf)
         assert done.returncode == 0, done.stderr
+        time.sleep(max(0.0, checked + FRESHNESS - time.monotonic()))
         assert call(server.port, WHOAMI, token=token) == (200, {"user_id": "@alice:localhost", "device_id": "DUMMY"})
     finally:
         server.stop()

@@ -1,7 +1,9 @@
 """The lock files scripts/lock.sh writes cover every requirement, within its range.
 
 constraints.txt pins (with hashes) all that requirements.txt needs, for the README's install;
-constraints-dev.txt all that requirements-dev.txt needs, for scripts/test.sh (CI). A name
+constraints-migrate.txt what requirements-migrate.txt adds (migrate-synapse's optional
+PostgreSQL driver); constraints-dev.txt all that requirements-dev.txt needs, for
+scripts/test.sh (CI). A name
 added to a requirements file, or a range moved past its pin, fails here until
 scripts/lock.sh is run again.
 """
@@ -50,6 +52,7 @@ def pins(name: str) -> dict[str, tuple[Requirement, list[str]]]:
 
 
 @pytest.mark.parametrize(("lock", "wanted"), [("constraints.txt", ["requirements.txt"]),
+                                              ("constraints-migrate.txt", ["requirements-migrate.txt"]),
                                               ("constraints-dev.txt", ["requirements.txt", "requirements-dev.txt"])])
 def test_every_requirement_is_pinned_within_its_range_with_hashes(lock, wanted):
     pinned = pins(lock)
@@ -68,12 +71,19 @@ def test_every_requirement_is_pinned_within_its_range_with_hashes(lock, wanted):
             assert pinned[name][0].marker == requirement.marker, f"{lock}: {name} lost its marker"
 
 
-def test_the_server_and_the_tests_install_the_same_releases():
-    server, dev = pins("constraints.txt"), pins("constraints-dev.txt")
+@pytest.mark.parametrize("lock", ["constraints.txt", "constraints-migrate.txt"])
+def test_the_server_and_the_tests_install_the_same_releases(lock):
+    server, dev = pins(lock), pins("constraints-dev.txt")
     assert set(server) <= set(dev)
     for name, (requirement, hashes) in server.items():
         assert str(dev[name][0].specifier) == str(requirement.specifier), name
         assert set(dev[name][1]) == set(hashes), name
+
+
+def test_the_migration_driver_is_not_the_servers():
+    """psycopg is migrate-synapse's optional install: the server's lock does not carry it."""
+    assert "psycopg" in pins("constraints-migrate.txt")
+    assert "psycopg" not in pins("constraints.txt")
 
 
 def test_the_installs_use_the_locks():

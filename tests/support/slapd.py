@@ -98,13 +98,31 @@ olcPPolicyDefault: cn=default-policy,{SUFFIX}
 """
 
 
+# The memberof overlay keeps each member's memberOf (an operational attribute) in step with
+# groupOfNames entries changed online (slapadd runs no overlays: add groups to a running slapd).
+MEMBEROF_OVERLAY = """
+dn: olcOverlay=memberof,olcDatabase={1}mdb,cn=config
+objectClass: olcOverlayConfig
+objectClass: olcMemberOf
+olcOverlay: memberof
+olcMemberOfRefInt: TRUE
+olcMemberOfGroupOC: groupOfNames
+olcMemberOfMemberAD: member
+olcMemberOfMemberOfAD: memberOf
+"""
+
+
 def ppolicy_available() -> bool:
     return os.path.exists(os.path.join(MODULE_DIR, "ppolicy.la")) or os.path.exists(
         os.path.join(MODULE_DIR, "ppolicy.so")
     )
 
 
-def _config_ldif(directory: str, tls: dict[str, str] | None, ppolicy: bool = False) -> str:
+def _config_ldif(
+    directory: str, tls: dict[str, str] | None, ppolicy: bool = False, *, memberof: bool = False, size_limit: str = ""
+) -> str:
+    """cn=config for a private slapd; `size_limit` becomes the database's olcSizeLimit (it
+    binds the reader, not the root DN), e.g. "500" or "size.soft=500 size.prtotal=unlimited"."""
     tls_lines = ""
     if tls:
         tls_lines = (
@@ -115,6 +133,8 @@ def _config_ldif(directory: str, tls: dict[str, str] | None, ppolicy: bool = Fal
     schemas = "".join(
         f"include: file://{SCHEMA_DIR}/{name}.ldif\n\n" for name in ("core", "cosine", "inetorgperson")
     ) + AD_SCHEMA
+    modules = "".join(f"olcModuleLoad: {name}\n" for name, wanted in (("ppolicy", ppolicy), ("memberof", memberof))
+                      if wanted)
     return f"""dn: cn=config
 objectClass: olcGlobal
 cn: config
@@ -125,7 +145,7 @@ objectClass: olcModuleList
 cn: module{{0}}
 olcModulePath: {MODULE_DIR}
 olcModuleLoad: back_mdb
-{"olcModuleLoad: ppolicy" if ppolicy else ""}
+{modules}
 
 dn: cn=schema,cn=config
 objectClass: olcSchemaConfig
@@ -140,9 +160,9 @@ olcRootDN: cn=admin,{SUFFIX}
 olcRootPW: adminpw
 olcDbDirectory: {directory}/db
 olcDbIndex: uid eq
-olcAccess: {{0}}to attrs=userPassword by dn.exact="{READER_DN}" read by anonymous auth by * none
+{f"olcSizeLimit: {size_limit}" + chr(10) if size_limit else ""}olcAccess: {{0}}to attrs=userPassword by dn.exact="{READER_DN}" read by anonymous auth by * none
 olcAccess: {{1}}to * by * read
-{PPOLICY_OVERLAY if ppolicy else ""}"""
+{PPOLICY_OVERLAY if ppolicy else ""}{MEMBEROF_OVERLAY if memberof else ""}"""
 
 
 def person(uid: str, ou: str = "people", more_uids: tuple[str, ...] = (), **attrs: str | list[str]) -> str:
@@ -185,13 +205,17 @@ userPassword: {ssha(READER_PASSWORD)}
 class Slapd:
     """One private slapd: config and data built offline, then `slapd -d 0` in the foreground."""
 
-    def __init__(self, ldif: str, *, tls: bool = True, ppolicy: bool = False) -> None:
+    def __init__(
+        self, ldif: str, *, tls: bool = True, ppolicy: bool = False, memberof: bool = False, size_limit: str = ""
+    ) -> None:
         self.slapd, self.slapadd = _tool("slapd"), _tool("slapadd")
         self.ldapwhoami = _tool("ldapwhoami")
         self.directory = tempfile.mkdtemp(prefix="homeserver-slapd-")
         self.tls = make_certificates(self.directory) if tls else None
         self.ldif = ldif
         self.ppolicy = ppolicy
+        self.memberof = memberof
+        self.size_limit = size_limit
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
         self._build()
@@ -211,7 +235,8 @@ class Slapd:
         config = os.path.join(self.directory, "config.ldif")
         data = os.path.join(self.directory, "data.ldif")
         with open(config, "w") as fh:
-            fh.write(_config_ldif(self.directory, self.tls, self.ppolicy))
+            fh.write(_config_ldif(self.directory, self.tls, self.ppolicy, memberof=self.memberof,
+                                  size_limit=self.size_limit))
         with open(data, "w") as fh:
             fh.write(self.ldif)
         for number, path in (("0", config), ("1", data)):

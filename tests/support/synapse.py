@@ -3,7 +3,7 @@ outside the repository, SQLite, a free port, a generated config, run as a subpro
 
 The virtualenv lives in `~/.cache/homeserver-tests/synapse-<version>` (or under
 `$HOMESERVER_TEST_CACHE`), made once and reused by every run; moving the pinned version
-makes a new one. `python3 tests/support/synapse.py install` makes it ahead of time
+makes a new one. `python3 tests/support/synapse.py install` makes it (and adds EXTRAS) ahead of time
 (scripts/install-test-services.sh does, so a fresh clone under CI has it).
 
 Only the standard library here: the install script runs this file with any Python 3.
@@ -89,6 +89,39 @@ def synapse_python(install: bool = True) -> Path:
                     f"installing matrix-synapse failed ({' '.join(step[:3])}): {result.stderr.strip()[-500:]}"
                 )
         (venv / INSTALLED_MARK).write_text(SYNAPSE_VERSION + "\n")
+    return python
+
+
+# What the migration tests add to Synapse's virtualenv (tests/support/synapse_before.py): the
+# driver Synapse itself uses for PostgreSQL, and the LDAP module whose deployments move here
+# (0.4: the release next.md's facts were read from).
+EXTRAS = ("psycopg2-binary==2.9.13", "matrix-synapse-ldap3==0.4.0")
+
+
+def synapse_extras(*requirements: str) -> Path:
+    """The Python of Synapse's virtualenv with `requirements` (of EXTRAS) installed into it,
+    once each, under the install's lock; they only add packages (pip keeps Synapse's own)."""
+    python = synapse_python()
+    venv = venv_dir()
+    missing = [r for r in requirements if not (venv / f".extra-{r}").exists()]
+    if not missing:
+        return python
+    with open(CACHE / f"synapse-{SYNAPSE_VERSION}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        missing = [r for r in requirements if not (venv / f".extra-{r}").exists()]
+        if not missing:
+            return python
+        step = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *missing]
+        try:
+            result = subprocess.run(step, capture_output=True, text=True, timeout=600)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SynapseUnavailable(f"installing {' '.join(missing)} into Synapse's virtualenv failed: {exc}") from None
+        if result.returncode != 0:
+            raise SynapseUnavailable(
+                f"installing {' '.join(missing)} into Synapse's virtualenv failed: {result.stderr.strip()[-500:]}"
+            )
+        for requirement in missing:
+            (venv / f".extra-{requirement}").write_text(requirement + "\n")
     return python
 
 
@@ -279,6 +312,6 @@ if __name__ == "__main__":
     if sys.argv[1:] != ["install"]:
         sys.exit("usage: python3 tests/support/synapse.py install")
     try:
-        print(f"matrix-synapse {SYNAPSE_VERSION}: {synapse_python().parent.parent}")
+        print(f"matrix-synapse {SYNAPSE_VERSION}: {synapse_extras(*EXTRAS).parent.parent}")
     except SynapseUnavailable as exc:
         sys.exit(f"tests/support/synapse.py: {exc}")
