@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.oauth_clients.flow import PageSession, request
+from tests.oauth_clients.flow import FormBrowser, request
 from tests.support.helpers import ci
 from tests.support.js_sdk import install_js_sdk
 
@@ -135,7 +135,7 @@ def http_person(password_of: Callable[[str], str]) -> SignIn:
     """The person as a plain HTTP client: the forms posted, the loopback redirect visited."""
 
     def sign_in(url: str, user: str) -> str:
-        landed = PageSession().sign_in(url, user, password_of(user), redirect_of(url))
+        landed = FormBrowser().sign_in(url, user, password_of(user), redirect_of(url))
         answer = request(landed.split("#", 1)[0])
         assert answer.status == 200, answer
         return landed
@@ -156,7 +156,7 @@ def chromium_person(driver: Any, password_of: Callable[[str], str], pages: list[
 
     def sign_in(url: str, user: str) -> str:
         redirect = redirect_of(url)
-        # Another person's page session (a sign-in remembered) must not answer for this one.
+        # Another person's browser session (a sign-in remembered) must not answer for this one.
         driver.execute_cdp_cmd("Network.clearBrowserCookies", {})
         driver.get(url)
         signed = False
