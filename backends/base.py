@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 import os
-from collections.abc import Callable, Collection
+from collections.abc import AsyncIterator, Collection
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -76,11 +76,6 @@ class UserBackend(abc.ABC):
 
     #: the name under which the backend is registered (`[backend] type`)
     name: ClassVar[str] = ""
-    #: Called, where the backend holds a copy and reads it again (the users file), with the
-    #: accounts whose password, ident or lock changed ({name: the fields changed}), so the
-    #: service can act at once (end the sessions of a reset account) instead of at the
-    #: account's next request.
-    on_change: Callable[[dict[str, list[str]]], None] | None = None
 
     @classmethod
     @abc.abstractmethod
@@ -93,6 +88,15 @@ class UserBackend(abc.ABC):
 
     async def start(self) -> None:
         """Open connections or load data; called once in the serving process."""
+
+    async def changed_accounts(self) -> AsyncIterator[dict[str, list[str]]]:
+        """The accounts whose password, ident or lock changed ({name: the fields changed}), as
+        the backend learns of them, so the service acts at once (ends the sessions of a reset
+        account) instead of at the account's next request. Only a backend that holds a copy
+        and reads it again (the users file) knows; the others end at once, and the sweep
+        finds their changes."""
+        return
+        yield
 
     @abc.abstractmethod
     async def get_user(self, name: str, *, case_insensitive: bool = False) -> User | None:

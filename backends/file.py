@@ -9,7 +9,7 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Collection
+from collections.abc import AsyncIterator, Collection
 from typing import Any
 
 from tornado.ioloop import PeriodicCallback
@@ -118,6 +118,8 @@ class FileBackend(UserBackend):
         self._poller: PeriodicCallback | None = None
         self._checked = 0.0  # time.monotonic() of the last check of the signature
         self._stat_inline = False  # the lookups' check stats on the loop (a local disk: start())
+        # Accounts changed by reloads, until the service takes them (changed_accounts).
+        self._changes: asyncio.Queue[dict[str, list[str]]] = asyncio.Queue()
 
     @classmethod
     def from_config(cls, options: dict[str, Any], *, config_dir: str) -> FileBackend:
@@ -135,7 +137,7 @@ class FileBackend(UserBackend):
         self.users, self.folded, self.emails = users, fold_index(users), email_index(users)
         self.signature = signature
         self._bad_signature = _UNSET
-        if before and self.on_change is not None:
+        if before:
             changed = {}
             for name, user in users.items():
                 old = before.get(name)
@@ -143,7 +145,12 @@ class FileBackend(UserBackend):
                 if fields:
                     changed[name] = fields
             if changed:
-                self.on_change(changed)
+                self._changes.put_nowait(changed)
+
+    async def changed_accounts(self) -> AsyncIterator[dict[str, list[str]]]:
+        """The accounts each reload found changed, one reload's at a time, until cancelled."""
+        while True:
+            yield await self._changes.get()
 
     async def start(self) -> None:
         """Load the file (a start-up error if it is bad), then poll it if configured."""

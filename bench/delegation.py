@@ -11,7 +11,7 @@ Synapse, all ratios taken in one run on this machine.
   against the bcrypt ceiling, as the plain login phase measures it.
 
 Both Synapses are matrix-synapse from PyPI in the tests' cached virtualenv
-(tests/synapse.py), on SQLite, logging warnings only, rate limits raised.
+(tests/support/synapse.py), on SQLite, logging warnings only, rate limits raised.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def measure_logins(args: argparse.Namespace, procs: Processes, tmp: Path, users:
 def bench_delegation(args: argparse.Namespace, procs: Processes, tmp: Path, users: Path, hashed: str,
                      runs: dict[str, Any], phase_logins: Any) -> list[Target]:
     sys.path.insert(0, str(ROOT))
-    from tests.synapse import SYNAPSE_VERSION, Synapse, SynapseUnavailable
+    from tests.support.synapse import SYNAPSE_VERSION, Synapse, SynapseUnavailable
 
     synapse_port = free_port()
     section = (f'[delegation]\nenabled = true\nsynapse_url = "http://127.0.0.1:{synapse_port}"\n'

@@ -50,8 +50,9 @@ from backends.base import UserBackend
 from backends.file import FileBackend
 from homeserver.config import build_config
 from homeserver.context import create_backend
-from tests.backends.redis_servers import RedisProcess, require_redis_server
-from tests.backends.slapd import (
+from tests.support.helpers import hex_hash
+from tests.support.redis_servers import RedisProcess, require_redis_server
+from tests.support.slapd import (
     READER_DN,
     READER_PASSWORD,
     SUFFIX,
@@ -61,7 +62,6 @@ from tests.backends.slapd import (
     crypt_bcrypt,
     person,
 )
-from tests.helpers import hex_hash
 
 PAGED_LIMIT = "size.soft=500 size.prtotal=unlimited"
 # What a sweep may spend on reading the store: the 10 s for a whole sweep of 10,000

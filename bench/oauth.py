@@ -7,7 +7,7 @@
   connections, interleaved rounds. Each connection follows its own chain of refresh tokens
   (the Lua below takes the new refresh token from each answer for the next request), so the
   rotation path is what is measured, never the lost-answer retry;
-- with `--introspection` (a real Synapse from the tests' cached virtualenv, tests/synapse.py,
+- with `--introspection` (a real Synapse from the tests' cached virtualenv, tests/support/synapse.py,
   delegating to us): our POST /oauth2/introspect of an OAuth access token against our whoami
   with the same token.
 
@@ -210,7 +210,7 @@ def phase_introspection(args: argparse.Namespace, procs: Processes, tmp: Path, r
     """Our introspection of an OAuth access token (as Synapse asks) against our whoami."""
     from delegation import run_wrk_form
 
-    from tests.synapse import Synapse, SynapseUnavailable
+    from tests.support.synapse import Synapse, SynapseUnavailable
 
     users = tmp / "users-introspect.json"
     write_users(users, hash_once(4), 1)

@@ -329,7 +329,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--delegation", action="store_true",
                    help="also measure the delegation: Synapse's whoami with our tokens against its own, our "
                         "introspection against our whoami, logins that tell Synapse (two Synapse from PyPI, "
-                        "tests/synapse.py installs them in a cached virtualenv)")
+                        "tests/support/synapse.py installs them in a cached virtualenv)")
     p.add_argument("--delegation-only", action="store_true", help="only the delegation phase")
     p.add_argument("--mix", action="store_true",
                    help="also measure the realistic mix (bench/mix.py): --tokens sessions in turn, logins beside at "

@@ -39,8 +39,8 @@ sys.path.insert(0, str(ROOT))
 from backends.synapse.config import DatabaseSettings
 from backends.synapse.database import SynapseDatabase
 from tests.support.postgres import PostgresCluster, PostgresUnavailable
+from tests.support.synapse import SynapseUnavailable
 from tests.support.synapse_schema import SynapseRows, create_schema
-from tests.synapse import SynapseUnavailable
 
 SERVER = "localhost"
 HASH = "$2b$12$" + "N9qo8uLOickgx2ZMRZoMyeIjZAgcfl7p92ldGxad68LJZdL17lhWy"  # bcrypt's shape; never checked here

@@ -1,7 +1,7 @@
-"""The account page's service: its own short cookie sign-ins, the password asked again, the
+"""The account page's service: its browser sessions (short cookie sign-ins), the password asked again, the
 cross-signing reset, and the one table from errors to what the page says.
 
-No HTTP here (homeserver/handlers/account_page.py is the HTTP part); built once on
+No HTTP here (homeserver/handlers/account_pages.py is the HTTP part); built once on
 `HomeServer` from the parts it needs. The cookie's value is signed by Tornado
 (`set_signed_cookie`, with `cookie_key()` derived from the server secret); this module
 decides what goes in it and whether it still stands:
@@ -11,9 +11,9 @@ decides what goes in it and whether it still stands:
 - it lasts `LIFETIME` seconds from the sign-in, no longer;
 - every page request reads the user again: a user gone, locked, or whose account or
   password changed since the sign-in (as `[sessions] end_on_password_change` says for every
-  session) has no page session any more;
-- it stands while its sign-in (a `BrowserSession` named by the nonce) is open in the
-  session store's page sessions (backends.sessions.browser): the sign-out button, "sign out
+  session) has no browser session any more;
+- it stands while its browser session (a `BrowserSession` named by the nonce) is open in
+  the session store's browser sessions (backends.sessions.browser): the sign-out button, "sign out
   everywhere" and POST /logout/all end it there, so a copy of the cookie is refused on
   every process and server on that store, and the page lists a user's open sign-ins.
 
@@ -81,7 +81,7 @@ SYNAPSE_DOWN = "Synapse cannot be reached, try again."
 NOT_AT_SYNAPSE = "Your account has no cross-signing keys yet: sign in with a Matrix client first."
 NO_SYNAPSE = "This server has no Synapse behind it: there are no cross-signing keys to reset here."
 SERVER_FAULT = "Something went wrong on the server. Try again later."
-# Why a page session no longer stands (`AccountPage.check`), from the credentials' words.
+# Why a browser session no longer stands (`AccountPage.check`), from the credentials' words.
 _CHANGED = {"password_changed": "changed", "account_replaced": "gone"}
 
 
@@ -99,9 +99,10 @@ def cookie_key(server_secret: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class PageSession:
-    """What the page cookie carries (signed, so only this server makes one): the user, the
-    credential fingerprints it was opened with (homeserver.credentials), when, and a nonce."""
+class BrowserSessionCookie:
+    """What a browser session's cookie carries (signed, so only this server makes one): the
+    user, the credential fingerprints it was opened with (homeserver.credentials), when, and
+    a nonce (the `BrowserSession`'s id in the store)."""
 
     user: str
     identity_fp: str
@@ -114,7 +115,7 @@ class PageSession:
         return json.dumps(fields, separators=(",", ":"))
 
     @classmethod
-    def decode(cls, text: str) -> PageSession | None:
+    def decode(cls, text: str) -> BrowserSessionCookie | None:
         try:
             user, identity_fp, password_fp, issued, nonce = json.loads(text)
         except (ValueError, TypeError):
@@ -154,7 +155,7 @@ class AccountPage:
         self,
         *,
         users: Users,
-        store: BrowserSessions,
+        browser_sessions: BrowserSessions,
         login: LoginService,
         credentials: Credentials,
         delegation: Delegation | None,
@@ -163,7 +164,7 @@ class AccountPage:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.users = users
-        self.store = store
+        self.browser_sessions = browser_sessions
         self.login = login
         self.credentials = credentials
         # The Synapse whose cross-signing reset the page approves; None without delegation.
@@ -174,47 +175,47 @@ class AccountPage:
 
     # -- sign-ins ---------------------------------------------------------------------
 
-    def new(self, user: User) -> PageSession:
+    def new(self, user: User) -> BrowserSessionCookie:
         fingerprint = self.credentials.of(user)
-        return PageSession(
+        return BrowserSessionCookie(
             user.name, fingerprint.identity, fingerprint.password, int(self.clock()), secrets.token_urlsafe(12)
         )
 
-    def expires(self, session: PageSession) -> int:
-        return session.issued + self.lifetime
+    def expires(self, cookie: BrowserSessionCookie) -> int:
+        return cookie.issued + self.lifetime
 
-    async def open(self, user: User, ip: str, user_agent: str) -> PageSession:
+    async def open(self, user: User, ip: str, user_agent: str) -> BrowserSessionCookie:
         """A new sign-in of this browser, recorded in the store before its cookie is given."""
-        session = self.new(user)
+        cookie = self.new(user)
         record = BrowserSession(
-            session.nonce, user.name, session.issued, self.expires(session), ip, user_agent[:MAX_USER_AGENT]
+            cookie.nonce, user.name, cookie.issued, self.expires(cookie), ip, user_agent[:MAX_USER_AGENT]
         )
-        await self.store.open(record)
-        return session
+        await self.browser_sessions.open(record)
+        return cookie
 
-    async def check(self, session: PageSession | None) -> tuple[User | None, str | None]:
-        """(the user, None) while the session stands; else (None, why it does not, or None for no session)."""
-        if session is None:
+    async def check(self, cookie: BrowserSessionCookie | None) -> tuple[User | None, str | None]:
+        """(the user, None) while its browser session stands; else (None, why it does not, or None for no cookie)."""
+        if cookie is None:
             return None, None
         now = self.clock()
-        if not session.issued - 60 <= now < self.expires(session):
+        if not cookie.issued - 60 <= now < self.expires(cookie):
             return None, "expired"
-        user = await self.users.get(session.user)
+        user = await self.users.get(cookie.user)
         if user is None:
             return None, "gone"
         if user.locked:
             return None, "locked"
-        why = self.credentials.changed(session.identity_fp, session.password_fp, user)
+        why = self.credentials.changed(cookie.identity_fp, cookie.password_fp, user)
         if why is not None:
             return None, _CHANGED.get(why, "changed")
-        if await self.store.ended(session.user, session.nonce):
+        if await self.browser_sessions.ended(cookie.user, cookie.nonce):
             return None, "ended"
         return user, None
 
-    async def end(self, session: PageSession) -> None:
-        """Refuse this session's cookie from now on, everywhere the session store reaches."""
-        await self.store.end(session.user, session.nonce)
-        audit.audit(audit.LOGOUT, user=session.user, reason=AUDIT_REASON)
+    async def end(self, cookie: BrowserSessionCookie) -> None:
+        """End this browser session: its cookie is refused from now on, everywhere the session store reaches."""
+        await self.browser_sessions.end(cookie.user, cookie.nonce)
+        audit.audit(audit.LOGOUT, user=cookie.user, reason=AUDIT_REASON)
 
     async def confirm_password(self, user: User, password: str, client_ip: str) -> None:
         """The password asked again (ending sessions in bulk, the reset approval), for the

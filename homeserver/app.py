@@ -9,18 +9,18 @@ import tornado.web
 from homeserver.account_page import cookie_key
 from homeserver.context import HomeServer
 from homeserver.handlers import (
-    account,
-    account_page,
-    devices,
-    discovery,
-    health,
-    login,
+    account_api,
+    account_pages,
+    devices_api,
+    discovery_api,
+    health_api,
+    login_api,
     oauth_api,
     oauth_device,
     oauth_introspection,
     oauth_metadata,
     oauth_page,
-    profile,
+    profile_api,
 )
 from homeserver.handlers.base import NotFoundHandler
 from homeserver.logs import log_request
@@ -31,9 +31,9 @@ from homeserver.logs import log_request
 # of one area matches a path of another, so the order changes only how soon a request
 # finds its handler (tests/test_routes.py compares every path with the areas' own order).
 ROUTES = (
-    account.ROUTES + profile.ROUTES + discovery.ROUTES + oauth_introspection.ROUTES + oauth_metadata.ROUTES
-    + login.ROUTES + devices.ROUTES + health.ROUTES + oauth_api.ROUTES + oauth_device.ROUTES + oauth_page.ROUTES
-    + account_page.ROUTES
+    account_api.ROUTES + profile_api.ROUTES + discovery_api.ROUTES + oauth_introspection.ROUTES
+    + oauth_metadata.ROUTES + login_api.ROUTES + devices_api.ROUTES + health_api.ROUTES + oauth_api.ROUTES
+    + oauth_device.ROUTES + oauth_page.ROUTES + account_pages.ROUTES
 )
 
 
@@ -42,7 +42,7 @@ def make_app(hs: HomeServer) -> tornado.web.Application:
     metrics = hs.metrics
     routes: list[Any] = list(ROUTES)
     if metrics is not None and not hs.config.get("metrics", "port"):
-        routes += health.METRICS_ROUTES
+        routes += health_api.METRICS_ROUTES
 
     def log_function(handler: tornado.web.RequestHandler) -> None:
         log_request(handler)
@@ -62,7 +62,7 @@ def make_app(hs: HomeServer) -> tornado.web.Application:
 def make_metrics_app(hs: HomeServer) -> tornado.web.Application:
     """/metrics alone, for `[metrics] port`: keeps it off the public listener."""
     return tornado.web.Application(
-        health.METRICS_ROUTES,
+        health_api.METRICS_ROUTES,
         default_handler_class=NotFoundHandler,
         log_function=lambda handler: None,
         homeserver=hs,

@@ -1,16 +1,27 @@
-"""The server's parts, built once from the config: what every handler reaches through `self.hs`."""
+"""The one assembly: every part of the server built once from the config, in the order the parts
+need each other, each given what it needs when it is built. The server (homeserver.process)
+and every command (homeserver.cli) build their parts here; handlers reach them through `self.hs`.
+
+Read `build_homeserver` top to bottom for the whole server. The configuration is read here,
+once: a part takes its settings when it is built and never reads the config again.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 import backends
 import backends.sessions
-from backends.base import StoreUnavailable, UserBackend
+from backends.base import UserBackend
+from backends.file import FileBackend
 from backends.sessions import SessionStore
 from backends.sessions.browser import BrowserSessions
+from backends.sessions.oauth import OAuthStore
 from homeserver.account_page import AccountPage
 from homeserver.auth import Auth
 from homeserver.config import Config
@@ -18,11 +29,11 @@ from homeserver.credentials import Credentials
 from homeserver.delegation import Delegation, load_delegation_settings
 from homeserver.devices import Devices
 from homeserver.documents import Documents
+from homeserver.inflight import InFlight
 from homeserver.login import LoginService
 from homeserver.metrics import Metrics
 from homeserver.oauth import OAuth, build_oauth
 from homeserver.passwords import PasswordChecker
-from homeserver.process.drain import InFlight
 from homeserver.proxies import ClientAddress
 from homeserver.ratelimit import LoginLimits
 from homeserver.sessions import Sessions
@@ -35,107 +46,61 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class HomeServer:
-    """Config, the user store, sessions, tokens and auth, the password pool, documents, limits, metrics;
-    and the services the handlers call: auth, UIA, login, devices, the account page."""
+    """The server's parts, as `build_homeserver` made them: what every handler reaches through `self.hs`."""
 
+    # Read at start-up only (the listeners, the app's routes); every part took its settings when built.
     config: Config
-    backend: UserBackend
-    sessions: Sessions
-    tokens: TokenIssuer
-    checker: PasswordChecker
-    documents: Documents
-    limits: LoginLimits = field(default_factory=LoginLimits)
-    metrics: Metrics | None = None
-    # Requests in flight, so a graceful shutdown can wait for them (homeserver.process.drain).
-    inflight: InFlight = field(default_factory=InFlight)
+    server_name: str
+    base_url: str  # `[server] base_url`: where clients reach this server
+    max_body_size: int
+    metrics: Metrics | None
+    # Requests in flight, so a graceful shutdown can wait for them (homeserver.inflight).
+    inflight: InFlight
     # Resolves a request's client address (X-Forwarded-For only from trusted proxies).
-    client_address: ClientAddress = field(default_factory=ClientAddress)
+    client_address: ClientAddress
+    documents: Documents
+    backend: UserBackend
+    users: Users
+    tokens: TokenIssuer
     # Fingerprints of the credential each session was opened with (homeserver.credentials).
-    credentials: Credentials | None = None
+    credentials: Credentials
+    checker: PasswordChecker
+    limits: LoginLimits
+    uia: UserInteractiveAuth
+    sessions: Sessions
     # The Synapse this server is the authentication service of; None when `[delegation]` is off.
-    delegation: Delegation | None = None
-    users: Users = field(init=False)
+    delegation: Delegation | None
     # The account page's sign-ins, kept beside the sessions (backends.sessions.browser).
-    pages: BrowserSessions = field(init=False)
-    auth: Auth = field(init=False)
-    uia: UserInteractiveAuth = field(init=False)
-    login: LoginService = field(init=False)
-    devices: Devices = field(init=False)
+    browser_sessions: BrowserSessions
+    devices: Devices
+    auth: Auth
+    login: LoginService
     # The OAuth 2.0 API (homeserver.oauth); None when `[oauth]` is off.
-    oauth: OAuth | None = field(init=False)
-    account_page: AccountPage = field(init=False)
+    oauth: OAuth | None
+    account_page: AccountPage
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
 
-    def __post_init__(self) -> None:
-        self.users = Users(self.backend, self.metrics)
-        if self.credentials is None:
-            self.credentials = Credentials(
-                self.tokens.secret,
-                self.tokens.keys[1:],
-                end_on_password_change=self.config.get("sessions", "end_on_password_change"),
-            )
-        self.uia = UserInteractiveAuth(self.tokens.secret, self.users, self.checker, self.limits, self.server_name)
-        self.pages = self.sessions.store.browser_sessions()
-        self.devices = Devices(self.sessions, self.uia, self.delegation, self.credentials, pages=self.pages)
-        self.auth = Auth(
-            self.tokens, self.sessions, self.users, self.server_name, self.credentials, end_stale=self.devices.end_stale
-        )
-        self.login = LoginService(
-            users=self.users,
-            tokens=self.tokens,
-            checker=self.checker,
-            sessions=self.sessions,
-            server_name=self.server_name,
-            limits=self.limits,
-            metrics=self.metrics,
-            credentials=self.credentials,
-            delegation=self.delegation,
-        )
-        self.oauth = build_oauth(
-            self.config, self.sessions.store, users=self.users, devices=self.devices, credentials=self.credentials,
-            tokens=self.tokens, delegation=self.delegation,
-        )
-        if self.oauth is not None:
-            # A logout of an OAuth access token ends its refresh token too (the whole device).
-            self.devices.ends_device = self.oauth.ends_device
-            # The first use of an access token is kept on its grant (the refresh rule reads it).
-            self.sessions.first_use = self.oauth.first_use
-        self.account_page = AccountPage(
-            users=self.users,
-            store=self.pages,
-            login=self.login,
-            credentials=self.credentials,
-            delegation=self.delegation,
-            server_name=self.server_name,
-        )
+    async def start(self) -> None:
+        """Begin the work the parts do on their own: the stale sessions of accounts the user
+        store says changed end at once. (The serving process adds the sweep and Synapse's
+        retries, homeserver.process.server.)"""
+        self._background(self.devices.follow_changes(self.users))
 
-        # A reloaded users file names the accounts that changed: their stale sessions end at once.
-        self.backend.on_change = self._accounts_changed
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    def _accounts_changed(self, changes: dict[str, list[str]]) -> None:
-        task = asyncio.ensure_future(self._end_stale(changes))
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _end_stale(self, changes: dict[str, list[str]]) -> None:
-        try:
-            await self.devices.check_changed(self.users, changes)
-        except StoreUnavailable as exc:  # their next request (or the sweep) ends them instead
-            logger.warning("sessions of changed accounts not ended yet: %s", exc)
-        except Exception:
-            logger.exception("ending the sessions of changed accounts failed")
-
-    @property
-    def server_name(self) -> str:
-        return self.config.get("server", "server_name")
-
-    @property
-    def max_body_size(self) -> int:
-        return self.config.get("server", "max_body_size")
+    async def stop(self) -> None:
+        """Stop what `start` began."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
+        """Stop, then close every part that holds a connection, a thread or a file, the stores last."""
+        await self.stop()
         if self.delegation is not None:
             await self.delegation.close()
         await self.backend.close()
@@ -143,8 +108,87 @@ class HomeServer:
         self.checker.close()
 
 
-def create_backend(config: Config) -> UserBackend:
-    """Build (not start) the user backend `[backend] type` names, from its sections."""
+def build_homeserver(
+    config: Config, backend: UserBackend | None = None, session_store: SessionStore | None = None
+) -> HomeServer:
+    """Every part of the server, each after those it needs, on its two stores (as
+    `start_stores` gives them; built here, not started, when not given)."""
+    backend = backend if backend is not None else create_backend(config)
+    session_store = session_store if session_store is not None else create_session_store(config)
+    server_name = config.get("server", "server_name")
+    metrics = Metrics() if config.get("metrics", "enabled") else None
+
+    # Who the users are and how they prove it: the user store's one door, the signing secret's
+    # tokens, the fingerprints of each session's credential, the password pool, the limits.
+    users = Users(backend, metrics)
+    settings = config.section("auth")
+    tokens = TokenIssuer(load_secret(config), settings["token_lifetime"], previous=settings["previous_jwt_secrets"])
+    credentials = build_credentials(config, tokens.secret)
+    checker = PasswordChecker(settings["bcrypt_workers"], settings["max_pending_logins"], settings["bcrypt_rounds"])
+    limits = LoginLimits.from_config(
+        config.section("rate_limit"),
+        shared=session_store.buckets(),
+        on_fallback=metrics.observe_ratelimit_fallback if metrics is not None else None,
+    )
+    uia = UserInteractiveAuth(tokens.secret, users, checker, limits, server_name)
+
+    # Sessions, and what follows every end of one: Synapse told (delegation), the account
+    # page's browser sessions ended with all of a user's, an OAuth grant's refresh token with
+    # its access token.
+    grants = session_store.oauth() if config.get("oauth", "enabled") else None
+    sessions = build_sessions(config, session_store, metrics, grants=grants)
+    delegation = build_delegation(config, sessions, metrics)
+    browser_sessions = session_store.browser_sessions()
+    devices = Devices(sessions, uia, delegation, credentials, browser_sessions=browser_sessions, grants=grants)
+
+    # The services the handlers call.
+    auth = Auth(tokens, sessions, users, server_name, credentials, end_stale=devices.end_stale)
+    login = LoginService(
+        users=users, tokens=tokens, checker=checker, sessions=sessions, server_name=server_name, limits=limits,
+        metrics=metrics, credentials=credentials, delegation=delegation,
+    )
+    oauth = build_oauth(
+        config, session_store, users=users, devices=devices, credentials=credentials, tokens=tokens,
+        delegation=delegation,
+    )
+    account_page = AccountPage(
+        users=users, browser_sessions=browser_sessions, login=login, credentials=credentials, delegation=delegation,
+        server_name=server_name,
+    )
+    return HomeServer(
+        config=config,
+        server_name=server_name,
+        base_url=config.get("server", "base_url"),
+        max_body_size=config.get("server", "max_body_size"),
+        metrics=metrics,
+        inflight=InFlight(),
+        client_address=ClientAddress(config.get("server", "trusted_proxies")),
+        documents=Documents.from_config(config),
+        backend=backend,
+        users=users,
+        tokens=tokens,
+        credentials=credentials,
+        checker=checker,
+        limits=limits,
+        uia=uia,
+        sessions=sessions,
+        delegation=delegation,
+        browser_sessions=browser_sessions,
+        devices=devices,
+        auth=auth,
+        login=login,
+        oauth=oauth,
+        account_page=account_page,
+    )
+
+
+# -- the parts the commands build too ---------------------------------------------------------
+
+
+def create_backend(config: Config, *, quiet: bool = False) -> UserBackend:
+    """Build (not start) the user backend `[backend] type` names, from its sections. `quiet`:
+    for a command, which keeps its output to its answer (no warning of a users file others
+    may read: it only reads the file, or rewrites it without access for others)."""
     name = config.get("backend", "type")
     options = dict(config.sections.get(f"backend.{name}", {}))
     # Sub-tables such as [backend.ldap.attributes] arrive as nested dicts.
@@ -152,7 +196,10 @@ def create_backend(config: Config) -> UserBackend:
     for section, values in config.sections.items():
         if section.startswith(prefix):
             options[section[len(prefix):]] = dict(values)
-    return backends.create_backend(name, options, config_dir=config.config_dir)
+    backend = backends.create_backend(name, options, config_dir=config.config_dir)
+    if quiet and isinstance(backend, FileBackend):
+        backend.warn_exposed = False
+    return backend
 
 
 def create_session_store(config: Config) -> SessionStore:
@@ -163,45 +210,68 @@ def create_session_store(config: Config) -> SessionStore:
     )
 
 
-def build_homeserver(
-    config: Config, backend: UserBackend | None = None, session_store: SessionStore | None = None
-) -> HomeServer:
-    """Assemble the context; the backend and the session store are started separately (`start()`)."""
-    backend = backend if backend is not None else create_backend(config)
-    metrics = Metrics() if config.get("metrics", "enabled") else None
-    session_store = session_store if session_store is not None else create_session_store(config)
-    limits = LoginLimits.from_config(config.section("rate_limit"), shared=session_store.buckets())
-    if metrics is not None:
-        limits.on_fallback = metrics.observe_ratelimit_fallback
-    sessions = Sessions(
+async def start_stores(config: Config, *, quiet: bool = False) -> tuple[UserBackend, SessionStore]:
+    """Build and start the user backend, then the session store (the backend closed again if
+    the store fails): a broken user store fails first, before any session file is made."""
+    backend = create_backend(config, quiet=quiet)
+    try:
+        await backend.start()
+        session_store = create_session_store(config)
+        await session_store.start()
+    except BaseException:
+        await backend.close()
+        raise
+    return backend, session_store
+
+
+@contextlib.asynccontextmanager
+async def open_stores(config: Config, *, quiet: bool = False) -> AsyncIterator[tuple[UserBackend, SessionStore]]:
+    """`start_stores`, closed again in reverse order when the block is left, on an error too."""
+    backend, session_store = await start_stores(config, quiet=quiet)
+    try:
+        yield backend, session_store
+    finally:
+        try:
+            await session_store.close()
+        finally:
+            await backend.close()
+
+
+def build_credentials(config: Config, secret: str) -> Credentials:
+    """The credential fingerprints' keys: the signing secret, then the previous ones."""
+    return Credentials(
+        secret,
+        config.get("auth", "previous_jwt_secrets"),
+        end_on_password_change=config.get("sessions", "end_on_password_change"),
+    )
+
+
+def build_sessions(
+    config: Config,
+    session_store: SessionStore,
+    metrics: Metrics | None = None,
+    *,
+    lifetime: int | None = None,
+    grants: OAuthStore | None = None,
+) -> Sessions:
+    """The sessions service; `lifetime` (seconds, 0 for none) instead of `[auth] token_lifetime`;
+    `grants`: the OAuth grants told of an access token's first use (`[oauth]` on)."""
+    return Sessions(
         session_store,
-        lifetime=config.get("auth", "token_lifetime"),
+        lifetime=config.get("auth", "token_lifetime") if lifetime is None else lifetime,
         touch_interval=config.get("sessions", "touch_interval"),
         metrics=metrics,
+        grants=grants,
     )
+
+
+def build_delegation(config: Config, sessions: Sessions, metrics: Metrics | None = None) -> Delegation | None:
+    """The client of the Synapse behind us, on the session store's delegation state; None
+    when `[delegation]` is off."""
     settings = load_delegation_settings(config)
-    server_name = config.get("server", "server_name")
-    delegation = (
-        Delegation(settings, sessions, server_name, metrics=metrics, state=session_store.delegation())
-        if settings else None
-    )
-    return HomeServer(
-        config=config,
-        delegation=delegation,
-        backend=backend,
-        sessions=sessions,
-        tokens=TokenIssuer(
-            load_secret(config),
-            config.get("auth", "token_lifetime"),
-            previous=config.get("auth", "previous_jwt_secrets"),
-        ),
-        checker=PasswordChecker(
-            config.get("auth", "bcrypt_workers"),
-            config.get("auth", "max_pending_logins"),
-            config.get("auth", "bcrypt_rounds"),
-        ),
-        documents=Documents.from_config(config),
-        limits=limits,
-        metrics=metrics,
-        client_address=ClientAddress(config.get("server", "trusted_proxies")),
+    if settings is None:
+        return None
+    return Delegation(
+        settings, sessions, config.get("server", "server_name"), metrics=metrics,
+        state=sessions.store.delegation(),
     )

@@ -12,8 +12,7 @@ import logging
 import random
 import secrets
 import string
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from backends.base import StoreUnavailable, User
 from backends.sessions.base import Device, Session
@@ -94,6 +93,13 @@ def display_name_of(body: dict[str, Any]) -> str | None:
     return name
 
 
+class Grants(Protocol):
+    """The OAuth grants in the session store (backends.sessions.oauth), as a logout asks them."""
+
+    async def device_grant(self, user: str, device_id: str) -> object | None:
+        """The grant (one device's refresh tokens) of the user's device; None when it has none."""
+
+
 class Devices:
     """A user's devices, and every way their sessions end."""
 
@@ -103,19 +109,20 @@ class Devices:
         uia: UserInteractiveAuth | None = None,
         delegation: Delegation | None = None,
         credentials: Credentials | None = None,
-        pages: BrowserSessions | None = None,
+        browser_sessions: BrowserSessions | None = None,
+        grants: Grants | None = None,
     ) -> None:
         self.sessions = sessions
         # The account page's sign-ins end with all of a user's sessions (sign out everywhere).
-        self.pages = pages
+        self.browser_sessions = browser_sessions
         self.uia = uia
         # With delegation, Synapse is told of every end of a session and every rename.
         self.delegation = delegation
         # Without it (the CLI), no session is ever found stale.
         self.credentials = credentials
+        # With `[oauth]`: a logout of a grant's access token ends the grant's own session too.
+        self.grants = grants
         self._missing: set[str] = set()  # users found missing by the last sweep
-        # Whether a session's device is one OAuth session (homeserver.oauth): its logout ends the device.
-        self.ends_device: Callable[[Session], Awaitable[bool]] | None = None
 
     # -- reading and renaming -----------------------------------------------------
 
@@ -145,7 +152,7 @@ class Devices:
     async def logout(self, session: Session) -> None:
         """POST /logout: end the session of the token used (other sessions of its device stay)."""
         await self.sessions.end(session, LOGOUT)
-        if self.ends_device is not None and await self.ends_device(session):
+        if self.grants is not None and await self.grants.device_grant(session.user, session.device_id) is not None:
             # An OAuth access token: its refresh token (the grant's session) ends with it.
             await self.sessions.end_devices(session.user, [session.device_id], LOGOUT)
         if self.delegation is not None:
@@ -194,8 +201,8 @@ class Devices:
         With delegation, Synapse is told before this returns; when it is away, the sessions
         end here all the same and Synapse is told once it is back (homeserver.delegation).
         """
-        if device_ids is None and self.pages is not None:
-            await self.pages.end_all(user)
+        if device_ids is None and self.browser_sessions is not None:
+            await self.browser_sessions.end_all(user)
         count = await self.sessions.end_devices(user, device_ids, reason)
         audit.audit(
             AUDIT_EVENTS.get(reason, audit.SESSIONS_ENDED),
@@ -254,6 +261,17 @@ class Devices:
             if user is not None:
                 ended += await self.end_stale(user, PASSWORD_CHANGED if "password" in fields else ACCOUNT_REPLACED)
         return ended
+
+    async def follow_changes(self, users: Users) -> None:
+        """End at once the stale sessions of the accounts the user store says changed (a
+        users-file reload; `check_changed`), rather than at their next request; until cancelled."""
+        async for changes in users.changed_accounts():
+            try:
+                await self.check_changed(users, changes)
+            except StoreUnavailable as exc:  # their next request (or the sweep) ends them instead
+                logger.warning("sessions of changed accounts not ended yet: %s", exc)
+            except Exception:
+                logger.exception("ending the sessions of changed accounts failed")
 
     async def sweep_forever(self, users: Users, interval: float) -> None:
         """Sweep every `interval` seconds (jittered, so workers spread out) until cancelled."""

@@ -1,9 +1,11 @@
-"""The static response bodies (well-knowns, versions, login flows, capabilities, the OAuth
-server metadata), serialised once."""
+"""The static response bodies (well-knowns, versions, login flows, capabilities, the support
+page, the OAuth server metadata), serialised once."""
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
+from typing import Any
 
 from homeserver.config import Config
 from homeserver.jsonio import encode_json
@@ -30,6 +32,7 @@ class Documents:
     # /.well-known/openid-configuration: the server metadata, or under `[delegation]` alone
     # what Synapse needs (issuer, account page, introspection); None with neither.
     openid_configuration: bytes | None = None
+    support_page: bytes  # HTML: the well-known's support_page
 
     @classmethod
     def from_config(cls, config: Config) -> Documents:
@@ -65,6 +68,7 @@ class Documents:
             ),
             versions=encode_json({"versions": ["v1.12"]}),
             login_flows=encode_json({"flows": [{"type": "m.login.password"}]}),
+            support_page=support_page(server["server_name"], support),
             capabilities=encode_json(
                 {
                     "capabilities": {
@@ -82,3 +86,20 @@ class Documents:
             server_metadata=encode_json(metadata) if metadata is not None else None,
             openid_configuration=encode_json(openid) if openid is not None else None,
         )
+
+
+def support_page(server_name: str, support: dict[str, Any]) -> bytes:
+    """A small human page listing the support contacts."""
+    email = html.escape(support["email_address"])
+    mxid = html.escape(support["matrix_id"])
+    role = html.escape(support["role"])
+    server = html.escape(server_name)
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<title>Support for {server}</title></head><body>"
+        f"<h1>Support for {server}</h1><ul>"
+        f"<li>Role: {role}</li>"
+        f"<li>E-mail: <a href=\"mailto:{email}\">{email}</a></li>"
+        f"<li>Matrix: <a href=\"https://matrix.to/#/{mxid}\">{mxid}</a></li>"
+        "</ul></body></html>\n"
+    ).encode()

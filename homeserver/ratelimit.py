@@ -114,6 +114,7 @@ class LoginLimits:
         shared: RateBuckets | None = None,
         retry_shared: float = 5.0,
         clock: Clock = time.monotonic,
+        on_fallback: Callable[[], None] | None = None,
     ) -> None:
         self.address = address
         self.account = account
@@ -124,11 +125,15 @@ class LoginLimits:
         self.fallbacks = 0  # times the shared store failed and local buckets answered
         self._local_until = 0.0  # while the clock is below it, use the local buckets
         self._degraded = False
-        self.on_fallback: Callable[[], None] | None = None  # metrics hook
+        self.on_fallback = on_fallback  # told of each fall-back (the metrics count them)
 
     @classmethod
     def from_config(
-        cls, section: Mapping[str, Any], clock: Clock = time.monotonic, shared: RateBuckets | None = None
+        cls,
+        section: Mapping[str, Any],
+        clock: Clock = time.monotonic,
+        shared: RateBuckets | None = None,
+        on_fallback: Callable[[], None] | None = None,
     ) -> LoginLimits:
         """Build from the validated `[rate_limit]` section; all off when `enabled = false`."""
         if not section["enabled"]:
@@ -148,6 +153,7 @@ class LoginLimits:
             buckets("failed_attempts"),
             shared=shared if section["shared"] else None,
             clock=clock,
+            on_fallback=on_fallback,
         )
 
     @staticmethod

@@ -6,11 +6,12 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from backends.base import StoreUnavailable
 from backends.sessions.base import Session, SessionStore
+from backends.sessions.oauth import OAuthStore
 from homeserver.errors import unknown_token
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ class Sessions:
         touch_interval: float = 60.0,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        grants: OAuthStore | None = None,
     ) -> None:
         self.store = store
         self.lifetime = lifetime
@@ -66,7 +68,7 @@ class Sessions:
         # Told of the first use of a session that expires and was never seen (an OAuth access
         # token: the refresh rule must know for good that it was used, homeserver.oauth.grants),
         # before its last-seen write, once per process.
-        self.first_use: Callable[[Session], Awaitable[None]] | None = None
+        self.grants = grants
 
     # -- login and the auth step --------------------------------------------------
 
@@ -142,8 +144,8 @@ class Sessions:
     async def _touch(self, session: Session, ip: str, *, first: bool = False) -> None:
         try:
             unseen = session.expires_ts is not None and session.last_seen_ts <= session.created_ts
-            if first and unseen and self.first_use is not None:
-                await self.first_use(session)
+            if first and unseen and self.grants is not None:
+                await self.grants.mark_access_used(session.user, session.device_id, session.token_hash)
             await self.store.touch(session.user, session.token_hash, ip, now_ms())
         except StoreUnavailable as exc:  # last seen is best effort; the next request retries
             self._touched.pop(session.token_hash, None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, TypeVar
 
 from backends.base import User, UserBackend, canonical_email
@@ -72,6 +72,10 @@ class Users:
         """The store's own work for a wrong password, for a name it lacks; False when the
         store leaves passwords to the stored hash (UserBackend.waste_password_check)."""
         return await self._call("waste_password_check", self.backend.waste_password_check(password))
+
+    def changed_accounts(self) -> AsyncIterator[dict[str, list[str]]]:
+        """The accounts the backend says changed ({name: the fields}), as it learns of them."""
+        return self.backend.changed_accounts()
 
     async def check_health(self) -> None:
         """Raise StoreUnavailable when the user store cannot answer (readiness)."""

@@ -6,10 +6,10 @@
 # registry), curl (the README's curl sessions are run), nginx (the reverse proxy in front of
 # Synapse in the delegation tests), python3-venv (scripts/test.sh makes .venv),
 # python3-olm (matrix-nio's encryption, for Debian's python3; the test makes its virtualenv,
-# tests/nio_e2e.py) and postgresql (the migration tests start private clusters; the
+# tests/support/nio_e2e.py) and postgresql (the migration tests start private clusters; the
 # package's own is kept from starting). Needs root (or sudo). Then matrix-synapse from PyPI
 # into its cached virtualenv outside the repository, with psycopg2-binary and
-# matrix-synapse-ldap3 (tests/synapse.py), as the user running the tests.
+# matrix-synapse-ldap3 (tests/support/synapse.py), as the user running the tests.
 #
 #   scripts/install-test-services.sh               install what is missing (sudo when not root)
 #   scripts/install-test-services.sh --if-allowed  the same when root, or when sudo asks no
@@ -26,9 +26,9 @@ esac
 install_synapse() {
     # Into the cache of the user who runs the tests (the one who called sudo, if any).
     if [ "$(id -u)" -eq 0 ] && [ -n "${SUDO_USER:-}" ] && [ "$SUDO_USER" != root ]; then
-        sudo -u "$SUDO_USER" -H python3 tests/synapse.py install
+        sudo -u "$SUDO_USER" -H python3 tests/support/synapse.py install
     else
-        python3 tests/synapse.py install
+        python3 tests/support/synapse.py install
     fi
 }
 need=()
@@ -45,10 +45,10 @@ command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
 # PostgreSQL's binaries, for the private clusters of the migration tests (tests/support/postgres.py).
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql)
 python3 -c 'import ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
-# libolm's Python binding for Debian's python3: matrix-nio's encryption in the tests (tests/nio_e2e.py).
+# libolm's Python binding for Debian's python3: matrix-nio's encryption in the tests (tests/support/nio_e2e.py).
 /usr/bin/python3 -c 'import olm' >/dev/null 2>&1 || need+=(python3-olm)
 if [ ${#need[@]} -eq 0 ]; then
-    # --if-allowed: the tests that need Synapse make its virtualenv themselves (tests/synapse.py).
+    # --if-allowed: the tests that need Synapse make its virtualenv themselves (tests/support/synapse.py).
     [ "$mode" = if-allowed ] || install_synapse
     exit 0
 fi

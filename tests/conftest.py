@@ -15,9 +15,9 @@ import pytest
 from homeserver.app import make_app
 from homeserver.config import Config, build_config
 from homeserver.context import build_homeserver, create_backend, create_session_store
-from tests.delegation_fakes import FakeSynapse
-from tests.helpers import DEFAULT_USERS, JWT_SECRET, TEST_ROUNDS, Response, assert_json
-from tests.servers import ServerProcess
+from tests.support.delegation_fakes import FakeSynapse
+from tests.support.helpers import DEFAULT_USERS, JWT_SECRET, TEST_ROUNDS, Response, assert_json
+from tests.support.servers import ServerProcess
 
 Fetch = Callable[..., Awaitable[Response]]
 
@@ -134,7 +134,9 @@ def session_store(config, io_loop):
 @pytest.fixture
 def hs(config, backend, session_store, io_loop):
     hs = build_homeserver(config, backend, session_store)
+    io_loop.run_sync(hs.start)
     yield hs
+    io_loop.run_sync(hs.stop)
     if hs.delegation is not None:  # a `[delegation]` section's Synapse client
         io_loop.run_sync(hs.delegation.close)
     hs.checker.close()
@@ -142,7 +144,7 @@ def hs(config, backend, session_store, io_loop):
 
 @pytest.fixture
 def synapse(io_loop):
-    """An in-process fake of Synapse's /_synapse/mas/ API (tests/delegation_fakes.py), started;
+    """An in-process fake of Synapse's /_synapse/mas/ API (tests/support/delegation_fakes.py), started;
     a test points the server at it with `config_overrides` {"delegation": synapse.section()}."""
     fake = FakeSynapse()
     fake.start()
@@ -228,8 +230,8 @@ def conf(tmp_path):
 @pytest.fixture(scope="session")
 def synapse_stack(tmp_path_factory):
     """This server as the authentication service of a real Synapse, both behind a real nginx
-    (tests/delegation_stack.py); one for the whole session. Skipped with the reason when
+    (tests/support/delegation_stack.py); one for the whole session. Skipped with the reason when
     Synapse or nginx cannot be had, and failed for it when CI is set."""
-    from tests.delegation_stack import DelegationStack, serve
+    from tests.support.delegation_stack import DelegationStack, serve
 
     yield from serve(DelegationStack, tmp_path_factory.mktemp("synapse-stack"))

@@ -10,7 +10,7 @@ import pytest
 
 from backends.base import User
 from backends.sessions.browser import BrowserSession
-from homeserver.account_page import AccountPage, PageSession
+from homeserver.account_page import AccountPage, BrowserSessionCookie
 from homeserver.credentials import Credentials
 
 pytestmark = pytest.mark.usefixtures("io_loop")
@@ -44,11 +44,13 @@ class Open:
 def account_page(users: Any, credentials: Credentials, store: Any) -> AccountPage:
     login: Any = None  # no sign-in here: the sessions are opened directly
     return AccountPage(
-        users=users, store=store, login=login, credentials=credentials, delegation=None, server_name="localhost"
+        users=users, browser_sessions=store, login=login, credentials=credentials, delegation=None, server_name="localhost"
     )
 
 
-async def signed_in(credentials: Credentials, user: User = DIRECTORY_USER) -> tuple[AccountPage, OneUser, PageSession]:
+async def signed_in(
+    credentials: Credentials, user: User = DIRECTORY_USER
+) -> tuple[AccountPage, OneUser, BrowserSessionCookie]:
     users = OneUser(user)
     page = account_page(users, credentials, Open())
     session = await page.open(user, "127.0.0.1", "test")
@@ -84,7 +86,7 @@ async def test_a_secret_rotation_keeps_it():
 
 async def test_the_cookie_round_trip_and_tampering():
     _, _, session = await signed_in(Credentials("secret"))
-    assert PageSession.decode(session.encode()) == session
-    assert PageSession.decode('["alice","x","y",1,2]') is None  # a nonce that is not text
-    assert PageSession.decode('["alice","x",1,"n"]') is None  # the older four-field cookie
-    assert PageSession.decode("not json") is None
+    assert BrowserSessionCookie.decode(session.encode()) == session
+    assert BrowserSessionCookie.decode('["alice","x","y",1,2]') is None  # a nonce that is not text
+    assert BrowserSessionCookie.decode('["alice","x",1,"n"]') is None  # the older four-field cookie
+    assert BrowserSessionCookie.decode("not json") is None

@@ -9,7 +9,7 @@ import pytest
 
 from homeserver import logs
 from homeserver.logs import JsonFormatter, setup_logging
-from tests.helpers import assert_json
+from tests.support.helpers import assert_json
 
 LOGIN = "/_matrix/client/v3/login"
 

@@ -9,7 +9,7 @@ import pytest
 from homeserver.app import make_app, make_metrics_app
 from homeserver.context import build_homeserver
 from homeserver.errors import StoreUnavailable
-from tests.helpers import assert_error, assert_json
+from tests.support.helpers import assert_error, assert_json
 
 LOGIN = "/_matrix/client/v3/login"
 

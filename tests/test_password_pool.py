@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from homeserver.passwords import Overloaded, PasswordChecker
-from tests.helpers import assert_error, assert_json, hex_hash, record
+from tests.support.helpers import assert_error, assert_json, hex_hash, record
 
 # Cost 10 takes tens of milliseconds, long enough for concurrent checks to overlap.
 SLOW_HASH = hex_hash("slowpoke", rounds=10)

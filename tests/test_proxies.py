@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from tornado.httputil import HTTPHeaders
 
-from homeserver.process.drain import InFlight
+from homeserver.inflight import InFlight
 from homeserver.proxies import ClientAddress
 
 

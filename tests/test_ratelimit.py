@@ -7,7 +7,7 @@ import pytest
 from homeserver.config import build_config
 from homeserver.errors import limit_exceeded
 from homeserver.ratelimit import LoginLimits, TokenBuckets
-from tests.helpers import assert_error, assert_json
+from tests.support.helpers import assert_error, assert_json
 
 
 class FakeClock:

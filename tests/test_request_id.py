@@ -12,7 +12,7 @@ import pytest
 
 from homeserver.logs import JsonFormatter, text_formatter
 from homeserver.request_id import RequestIdFilter
-from tests.helpers import assert_error, assert_json
+from tests.support.helpers import assert_error, assert_json
 
 HEX16 = re.compile(r"[0-9a-f]{16}")
 

@@ -3,35 +3,39 @@ order choose: the order changes how soon Tornado finds a handler, never which on
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import re
+from types import ModuleType
 from unittest import mock
 
 import tornado.web
 from tornado import httputil
 
+import homeserver.handlers
 from homeserver.app import ROUTES
-from homeserver.handlers import (
-    account,
-    account_page,
-    devices,
-    discovery,
-    health,
-    login,
-    oauth_api,
-    oauth_device,
-    oauth_introspection,
-    oauth_metadata,
-    oauth_page,
-    profile,
-)
+from homeserver.handlers import profile_api
 from homeserver.handlers.base import NotFoundHandler
 
-# The areas in the order the modules were first joined (discovery first, the pages last).
-DECLARED = (
-    discovery.ROUTES + login.ROUTES + profile.ROUTES + account.ROUTES + devices.ROUTES + health.ROUTES
-    + oauth_metadata.ROUTES + oauth_introspection.ROUTES + oauth_api.ROUTES + oauth_device.ROUTES + oauth_page.ROUTES
-    + account_page.ROUTES
-)
+
+def _catch_all(module: ModuleType) -> bool:
+    return any(rule[0].endswith(".*") for rule in module.ROUTES)
+
+
+# Every module of homeserver/handlers/ with ROUTES, found by walking the package (a new one is
+# compared without being named here), by name, those with a catch-all pattern (the account
+# pages' /account/.*) last, as a catch-all must follow the paths it would swallow.
+_MODULES = [
+    importlib.import_module(f"homeserver.handlers.{info.name}")
+    for info in pkgutil.iter_modules(homeserver.handlers.__path__)
+]
+AREAS = {
+    module.__name__.rsplit(".", 1)[1]: module
+    for module in sorted((m for m in _MODULES if hasattr(m, "ROUTES")), key=lambda m: (_catch_all(m), m.__name__))
+}
+# The areas' routes, each area's in its own order.
+DECLARED = tuple(rule for module in AREAS.values() for rule in module.ROUTES)
+
 # A route whose pattern is fixed text names its own path (dots escaped).
 _FIXED = re.compile(r"(?:[A-Za-z0-9_/~-]|\\\.)+")
 
@@ -86,12 +90,12 @@ def test_the_hot_paths_come_first():
     order = [rule[0] for rule in ROUTES]
     assert max(order.index(path) for path in hot) < order.index("/_matrix/client/v3/login")
     assert order.index("/_matrix/client/v3/profile/([^/]+)") < order.index("/_matrix/client/v3/login")
-    assert min(order.index(rule[0]) for rule in account_page.ROUTES) > order.index("/health")
+    assert min(order.index(rule[0]) for rule in AREAS["account_pages"].ROUTES) > order.index("/health")
 
 
 def test_the_profile_gets_its_segment_percent_decoded_as_tornado_gives_it():
     app = tornado.web.Application(list(ROUTES), default_handler_class=NotFoundHandler)
-    assert chosen(app, "/_matrix/client/v3/profile/%40a%3Ab") == (profile.ProfileHandler, [b"@a:b"])
+    assert chosen(app, "/_matrix/client/v3/profile/%40a%3Ab") == (profile_api.ProfileHandler, [b"@a:b"])
     assert chosen(app, "/_matrix/client/v3/profile/%40a%3Ab/displayname") == (
-        profile.ProfileFieldHandler, [b"@a:b", b"displayname"]
+        profile_api.ProfileFieldHandler, [b"@a:b", b"displayname"]
     )

@@ -21,8 +21,8 @@ import pytest
 
 from homeserver import logs, request_id
 from homeserver.logs import JsonFormatter, LoopTurnHandler, RequestIdFilter, text_formatter
-from tests.backends.redis_servers import free_port, wait_until
-from tests.servers import ROOT, call, write_config
+from tests.support.redis_servers import free_port, wait_until
+from tests.support.servers import ROOT, call, write_config
 
 
 class CountingStream(io.StringIO):

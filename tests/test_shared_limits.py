@@ -11,7 +11,7 @@ from backends.sessions import create_session_store
 from homeserver.config import build_config
 from homeserver.errors import MatrixError
 from homeserver.ratelimit import LoginLimits
-from tests.servers import Server, login, write_config
+from tests.support.servers import Server, login, write_config
 
 # An address burst of 3 that does not refill during a test; the other limits out of the way.
 LIMITS = "[rate_limit]\naddress_burst = 3\naccount_burst = 1000\nfailed_attempts_burst = 1000\naddress_per_second = 0.001\n"

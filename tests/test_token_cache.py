@@ -8,7 +8,7 @@ import pytest
 from jose import jwt
 
 from homeserver.tokens import TokenError, TokenExpired, TokenIssuer
-from tests.helpers import JWT_SECRET
+from tests.support.helpers import JWT_SECRET
 
 
 def tamper(token: str) -> str:

@@ -75,7 +75,7 @@ class ServerHandler(RequestHandler):
         super().clear()
 
     def initialize(self) -> None:
-        # Track the request so a graceful shutdown waits for it (see homeserver.process.drain).
+        # Track the request so a graceful shutdown waits for it (see homeserver.inflight).
         self.hs.inflight.add(self)
 
     def _untrack(self) -> None:
@@ -151,7 +151,7 @@ class ServerHandler(RequestHandler):
 
     def log_exception(self, typ: Any, value: BaseException | None, tb: Any) -> None:
         if self._finished and self.hs.inflight.draining:
-            # The drain timeout answered this request 503 (homeserver.process.drain), then the
+            # The drain timeout answered this request 503 (homeserver.inflight), then the
             # shutdown closed what it was waiting for (a queued password check is
             # cancelled, a store connection closed): expected, and already answered.
             logger.debug("%s %s cut off by the shutdown: %r", self.request.method, self.request.path, value)

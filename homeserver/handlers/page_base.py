@@ -3,7 +3,8 @@
 Pages share the API's request plumbing (handlers.base.ServerHandler: in-flight tracking, the
 client's address, the request ID) but not BaseHandler: no CORS, no JSON errors, but a strict
 Content-Security-Policy, HTML error pages, Tornado's XSRF check on every form and the page's
-own signed cookie session (homeserver.account_page holds the logic). Also the page's stylesheet.
+own browser session, its signed cookie (homeserver.account_page holds the logic). Also the
+page's stylesheet.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from tornado.web import HTTPError, RequestHandler
 from backends.base import User
 from homeserver import account_page as page
 from homeserver import audit
-from homeserver.account_page import AccountPage, PageSession, page_error
+from homeserver.account_page import AccountPage, BrowserSessionCookie, page_error
 from homeserver.errors import HTTPProblem, MatrixError, PageError
 from homeserver.handlers.base import ServerHandler
 
@@ -102,11 +103,11 @@ def page_url(action: str | None = None, **params: str | None) -> str:
 
 
 class PageHandler(ServerHandler):
-    """HTML pages: security headers, HTML errors, XSRF on every POST, the page session loaded."""
+    """HTML pages: security headers, HTML errors, XSRF on every POST, the browser session loaded."""
 
     expected_errors = (HTTPError, PageError)
     user: User | None = None
-    session: PageSession | None = None
+    browser_session: BrowserSessionCookie | None = None
     signed_out_why: str | None = None
     _csp_extra: dict[str, list[str]] | None = None
 
@@ -116,7 +117,7 @@ class PageHandler(ServerHandler):
 
     @property
     def secure(self) -> bool:
-        return str(self.hs.config.get("server", "base_url")).startswith("https://")
+        return self.hs.base_url.startswith("https://")
 
     def set_default_headers(self) -> None:
         self.set_header("Content-Type", HTML_TYPE)
@@ -166,10 +167,10 @@ class PageHandler(ServerHandler):
         if self.request.method == "POST":
             self.check_xsrf_cookie()
         raw = self.get_signed_cookie(page.COOKIE, max_age_days=page.LIFETIME / 86400)
-        cookie = PageSession.decode(raw.decode("utf-8", "replace")) if raw is not None else None
+        cookie = BrowserSessionCookie.decode(raw.decode("utf-8", "replace")) if raw is not None else None
         self.user, self.signed_out_why = await self.account_page.check(cookie)
         if self.user is not None:
-            self.session = cookie
+            self.browser_session = cookie
         elif self.get_cookie(page.COOKIE):
             # Past its lifetime, tampered with, or no longer standing: gone from the browser too.
             self.signed_out_why = self.signed_out_why or "expired"
@@ -183,8 +184,9 @@ class PageHandler(ServerHandler):
             user = await self.hs.login.authenticate(name, password, self.client_ip, reason=reason)
         except MatrixError as exc:
             raise page_error(exc) from None
-        self.session = await self.account_page.open(user, self.client_ip, self.request.headers.get("User-Agent", ""))
-        self.set_signed_cookie(page.COOKIE, self.session.encode(), max_age=page.LIFETIME)
+        user_agent = self.request.headers.get("User-Agent", "")
+        self.browser_session = await self.account_page.open(user, self.client_ip, user_agent)
+        self.set_signed_cookie(page.COOKIE, self.browser_session.encode(), max_age=page.LIFETIME)
         self.user = user
         logger.info("%s: %s signed in", reason, user.name)
         return user
@@ -201,13 +203,13 @@ class PageHandler(ServerHandler):
             values["error"] = problem.message
         else:
             self.set_status(status)
-        user = self.user
+        user, browser_session = self.user, self.browser_session
         namespace: dict[str, Any] = {
             "user": user,
             "user_id": f"@{user.name}:{self.hs.server_name}" if user is not None else "",
             "server_name": self.hs.server_name,
-            "session": self.session,
-            "expires": when(self.account_page.expires(self.session) * 1000) if self.session is not None else "",
+            "browser_session": browser_session,
+            "expires": when(self.account_page.expires(browser_session) * 1000) if browser_session is not None else "",
             "notice": None,
             "error": None,
             "page_url": page_url,

@@ -243,17 +243,12 @@ class Grants:
         return user
 
     async def _access_used(self, grant: Grant) -> bool:
-        """Whether the newest access token was used: kept on the grant at its first use
-        (`first_use`), for good, so a replay after the token expired is still one (RFC 9700
-        4.14.2); or, before that write has landed, what its session says. Never used, the
+        """Whether the newest access token was used: kept on the grant at its first use (the
+        sessions service marks it: Sessions.grants), for good, so a replay after the token
+        expired is still one (RFC 9700 4.14.2); or, before that write has landed, what its session says. Never used, the
         retry stands, later too: the spec's MUST is that a client whose answer was lost can
         retry (a phone asleep past the token's lifetime)."""
         return grant.access_used or bool(await self.store.access_used(grant.user, grant.access_hash))
-
-    async def first_use(self, session: Session) -> None:
-        """For the sessions service: an access token used for the first time; the grant whose
-        newest token it is keeps that (nothing for any other session)."""
-        await self.store.mark_access_used(session.user, session.device_id, session.token_hash)
 
     # -- ends -------------------------------------------------------------------------------
 
@@ -275,7 +270,3 @@ class Grants:
         sessions end: naming a device that has a session takes it over), or None."""
         return await self.sessions.store.device(user, device_id)
 
-    async def ends_device(self, session: Session) -> bool:
-        """For a logout (homeserver.devices): whether the session's device is a grant's, whose
-        refresh token must end with it."""
-        return await self.store.device_grant(session.user, session.device_id) is not None

@@ -78,13 +78,3 @@ class OAuth:
     @property
     def lifetime(self) -> int:
         return self.settings.access_token_lifetime
-
-    async def ends_device(self, session: Session) -> bool:
-        """For a logout (homeserver.devices): whether the session's device is an OAuth grant's,
-        whose refresh token must end with it."""
-        return await self.grants.ends_device(session)
-
-    async def first_use(self, session: Session) -> None:
-        """For the sessions service (Sessions.first_use): a token's first use, which the refresh
-        rule keeps on its grant."""
-        await self.grants.first_use(session)

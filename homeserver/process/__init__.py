@@ -1,6 +1,5 @@
 """The server as processes: bind the listeners (listen), run one server or N forked workers
-(server, workers), and let requests in flight finish on a graceful stop (drain).
+(server, workers), and let requests in flight (homeserver.inflight) finish on a graceful stop.
 
-Nothing is imported here: the service's parts (homeserver.context) use `drain` without
-loading the rest.
+Nothing below imports this package: it runs the parts homeserver.context builds.
 """

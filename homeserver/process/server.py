@@ -15,16 +15,11 @@ from tornado.httpserver import HTTPServer
 from backends import secret_file
 from homeserver.app import make_app, make_metrics_app
 from homeserver.config import Config
-from homeserver.context import (
-    HomeServer,
-    build_homeserver,
-    create_backend,
-    create_session_store,
-)
+from homeserver.context import HomeServer, build_homeserver, open_stores, start_stores
 from homeserver.delegation import load_delegation_settings
 from homeserver.errors import ConfigError
+from homeserver.inflight import InFlight
 from homeserver.logs import gather_writes
-from homeserver.process.drain import InFlight
 from homeserver.process.early_signals import EARLY, EarlySignals
 from homeserver.process.httpserver import Server
 from homeserver.process.listen import Listeners, bind_listeners
@@ -130,16 +125,8 @@ async def probe_backend(config: Config) -> None:
     A bad store fails here, in the parent, and the session store's schema is created or
     migrated once, before the workers start.
     """
-    backend = create_backend(config)
-    try:
-        await backend.start()
-    finally:
-        await backend.close()
-    store = create_session_store(config)
-    try:
-        await store.start()
-    finally:
-        await store.close()
+    async with open_stores(config):
+        pass  # started, and closed again: each worker opens its own
 
 
 def log_listening(sockets: list[socket.socket], what: str) -> None:
@@ -151,16 +138,11 @@ async def start_parts(config: Config) -> HomeServer:
     """The user store and the session store started and the server's parts built; what was
     opened is closed again when this fails or is cancelled (a stop during start-up)."""
     # The users first, so a broken store fails start-up cleanly.
-    backend = create_backend(config)
-    session_store = None
+    backend, session_store = await start_stores(config)
     try:
-        await backend.start()
-        session_store = create_session_store(config)
-        await session_store.start()
         return build_homeserver(config, backend, session_store)
     except BaseException:
-        if session_store is not None:
-            await session_store.close()
+        await session_store.close()
         await backend.close()
         raise
 
@@ -198,6 +180,7 @@ async def serve(
 
 async def serve_until_stopped(hs: HomeServer, listeners: Listeners, signals: LoopSignals, worker: int | None) -> None:
     config = hs.config
+    await hs.start()
     sweeper = asyncio.ensure_future(
         hs.devices.sweep_forever(hs.users, config.get("sessions", "sweep_interval"))
     )

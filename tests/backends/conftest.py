@@ -1,13 +1,13 @@
 """The backend tests' fixtures: private redis-server, Sentinel, Cluster and slapd processes."""
 
-from tests.backends.redis_servers import (
+from tests.support.redis_servers import (
     redis_cluster,
     redis_server,
     redis_url,
     redis_users,
     sentinel_setup,
 )
-from tests.backends.slapd import slapd
+from tests.support.slapd import slapd
 
 # Re-exported so pytest finds them for every module in this folder.
 __all__ = ["redis_cluster", "redis_server", "redis_url", "redis_users", "sentinel_setup", "slapd"]

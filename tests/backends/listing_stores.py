@@ -17,9 +17,9 @@ from typing import Any
 
 import ldap3
 
-from tests.backends.redis_servers import RedisProcess, make_store, redis_overrides
-from tests.backends.slapd import PEOPLE, READER_DN, READER_PASSWORD, SUFFIX, Slapd, base_ldif, person, require_slapd
-from tests.helpers import hex_hash, record
+from tests.support.helpers import hex_hash, record
+from tests.support.redis_servers import RedisProcess, make_store, redis_overrides
+from tests.support.slapd import PEOPLE, READER_DN, READER_PASSWORD, SUFFIX, Slapd, base_ldif, person, require_slapd
 
 ADMIN_DN, ADMIN_PASSWORD = f"cn=admin,{SUFFIX}", "adminpw"
 GROUPS = f"ou=groups,{SUFFIX}"

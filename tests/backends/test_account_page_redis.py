@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from tests.page_client import Browser, assert_page
+from tests.support.page_client import Browser, assert_page
 
 
 @pytest.fixture

@@ -17,7 +17,9 @@ from backends.ldap_locks import AD_DISABLED, AD_LOCKED_OUT, OPENLDAP_AND_389, Lo
 from backends.ldap_settings import IDENTITY_ATTRIBUTES
 from homeserver.errors import ConfigError
 from homeserver.sessions import token_digest
-from tests.backends.slapd import (
+from tests.support.helpers import assert_error, assert_json, ci
+from tests.support.openapi import validate, validate_error
+from tests.support.slapd import (
     PEOPLE,
     READER_DN,
     READER_PASSWORD,
@@ -29,8 +31,6 @@ from tests.backends.slapd import (
     ppolicy_available,
     require_slapd,
 )
-from tests.helpers import assert_error, assert_json, ci
-from tests.openapi import validate, validate_error
 
 WHOAMI = "/_matrix/client/v3/account/whoami"
 LOGIN = "/_matrix/client/v3/login"

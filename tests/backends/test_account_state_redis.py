@@ -12,9 +12,9 @@ import pytest
 
 from homeserver import cli
 from homeserver.sessions import token_digest
-from tests.backends.redis_servers import redis_overrides
-from tests.helpers import DEFAULT_USERS, assert_error, assert_json, hex_hash
-from tests.openapi import validate, validate_error
+from tests.support.helpers import DEFAULT_USERS, assert_error, assert_json, hex_hash
+from tests.support.openapi import validate, validate_error
+from tests.support.redis_servers import redis_overrides
 
 WHOAMI = "/_matrix/client/v3/account/whoami"
 DEVICES = "/_matrix/client/v3/devices"

@@ -27,11 +27,11 @@ from typing import Any
 import pytest
 import redis
 
-from tests.backends.slapd import READER_DN, READER_PASSWORD, SUFFIX, Slapd
-from tests.helpers import DEFAULT_USERS, Response, assert_error, assert_json, ci, record
-from tests.openapi import validate
-from tests.servers import ServerProcess
-from tests.synapse import Synapse, SynapseUnavailable, http
+from tests.support.helpers import DEFAULT_USERS, Response, assert_error, assert_json, ci, record
+from tests.support.openapi import validate
+from tests.support.servers import ServerProcess
+from tests.support.slapd import READER_DN, READER_PASSWORD, SUFFIX, Slapd
+from tests.support.synapse import Synapse, SynapseUnavailable, http
 
 SYNAPSE_SECRET = "matrix-test-secret-shared-with-synapse-0123456789"
 # alice (in every row's users file) is a Synapse admin: her token reads bob's devices there.

@@ -11,8 +11,8 @@ import urllib.request
 
 import pytest
 
-from tests.backends.redis_servers import wait_until
-from tests.delegation_fakes import SECRET, FakeSynapseThread
+from tests.support.delegation_fakes import SECRET, FakeSynapseThread
+from tests.support.redis_servers import wait_until
 
 LOGIN = "/_matrix/client/v3/login"
 

@@ -9,7 +9,7 @@ import pytest
 from backends.base import User, UserExists
 from backends.file import FileBackend, fold_index, parse_users
 from homeserver.errors import ConfigError
-from tests.helpers import record
+from tests.support.helpers import record
 
 
 def write(path, document):

@@ -13,7 +13,7 @@ import pytest
 from backends.base import User, UserIncomplete
 from backends.file import FileBackend
 from homeserver.errors import ConfigError
-from tests.helpers import record
+from tests.support.helpers import record
 
 
 def write(path, users):

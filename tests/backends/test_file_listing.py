@@ -8,7 +8,7 @@ import json
 import pytest
 
 from backends.base import StoreIncomplete
-from tests.helpers import record
+from tests.support.helpers import record
 
 
 @pytest.fixture

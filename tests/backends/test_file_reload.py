@@ -11,7 +11,7 @@ import pytest
 
 from backends.file import FileBackend, write_atomically
 from homeserver.errors import ConfigError
-from tests.helpers import DEFAULT_USERS, assert_error, assert_json, record
+from tests.support.helpers import DEFAULT_USERS, assert_error, assert_json, record
 
 
 def write_users(path: str, records: list[dict]) -> None:

@@ -14,8 +14,8 @@ from backends.ldap_settings import _check_filter
 from homeserver.context import create_backend
 from homeserver.errors import ConfigError, StoreUnavailable
 from homeserver.users import Users
-from tests.backends.slapd import PEOPLE, READER_DN, READER_PASSWORD, SUFFIX, free_port
-from tests.helpers import assert_error, assert_json
+from tests.support.helpers import assert_error, assert_json
+from tests.support.slapd import PEOPLE, READER_DN, READER_PASSWORD, SUFFIX, free_port
 
 LOGIN = "/_matrix/client/v3/login"
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

@@ -11,7 +11,8 @@ import pytest
 
 from homeserver.context import create_backend
 from homeserver.errors import StoreUnavailable
-from tests.backends.slapd import (
+from tests.support.helpers import assert_error, assert_json
+from tests.support.slapd import (
     READER_DN,
     READER_PASSWORD,
     SUFFIX,
@@ -19,7 +20,6 @@ from tests.backends.slapd import (
     directory_ldif,
     running_slapd,
 )
-from tests.helpers import assert_error, assert_json
 
 LOGIN = "/_matrix/client/v3/login"
 TIMEOUT = 1.0

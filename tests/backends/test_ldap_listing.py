@@ -15,7 +15,7 @@ import pytest
 from backends.base import StoreIncomplete
 from backends.ldap_listing import PAGE_SIZE
 from homeserver.context import create_backend
-from tests.backends.slapd import (
+from tests.support.slapd import (
     PEOPLE,
     READER_DN,
     READER_PASSWORD,
@@ -194,7 +194,7 @@ async def test_a_base_that_is_a_referral_makes_the_listing_incomplete(private_sl
         await backend.list_users()
 
 
-# The shared test directory (tests/backends/slapd.py): every uid and mail value in it.
+# The shared test directory (tests/support/slapd.py): every uid and mail value in it.
 CANDIDATES = [
     "alice", "bob", "carol", "dave", "erin", "mallory", "twin", "star*", "frank", "franky", "grace", "dup1", "dup2",
     "hwin", "ivan", "Judy", "bob@example.org", "carol@example.org", "Grace.Hopper@Example.ORG", "shared@example.org",

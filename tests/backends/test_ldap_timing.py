@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from tests.backends.slapd import READER_DN, READER_PASSWORD, SUFFIX
 from tests.handlers.test_login_timing import ratio
-from tests.helpers import assert_error
-from tests.page_client import Browser
+from tests.support.helpers import assert_error
+from tests.support.page_client import Browser
+from tests.support.slapd import READER_DN, READER_PASSWORD, SUFFIX
 
 pytestmark = pytest.mark.usefixtures("io_loop")
 

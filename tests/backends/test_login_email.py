@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.backends.redis_servers import redis_overrides
-from tests.helpers import DEFAULT_USERS, assert_error, assert_json, record
-from tests.openapi import validate
+from tests.support.helpers import DEFAULT_USERS, assert_error, assert_json, record
+from tests.support.openapi import validate
+from tests.support.redis_servers import redis_overrides
 
 LOGIN = "/_matrix/client/v3/login"
 WHOAMI = "/_matrix/client/v3/account/whoami"

@@ -12,10 +12,10 @@ import pytest
 
 from homeserver import cli
 from homeserver.oauth import device
-from tests.backends.slapd import READER_DN, READER_PASSWORD, SUFFIX, crypt_bcrypt
 from tests.backends.test_oauth_ldap import admin, config_overrides, directory, replace  # noqa: F401 - LDAP, OAuth on
-from tests.helpers import JWT_SECRET, assert_error, assert_json
 from tests.oauth.device_helpers import DeviceClient, Person
+from tests.support.helpers import JWT_SECRET, assert_error, assert_json
+from tests.support.slapd import READER_DN, READER_PASSWORD, SUFFIX, crypt_bcrypt
 
 pytestmark = pytest.mark.usefixtures("io_loop")
 

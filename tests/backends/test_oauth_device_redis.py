@@ -11,9 +11,9 @@ import pytest
 
 from homeserver import cli
 from homeserver.oauth import device
-from tests.backends.redis_servers import redis_overrides
-from tests.helpers import JWT_SECRET, assert_error, assert_json
 from tests.oauth.device_helpers import DeviceClient, Person
+from tests.support.helpers import JWT_SECRET, assert_error, assert_json
+from tests.support.redis_servers import redis_overrides
 
 pytestmark = pytest.mark.usefixtures("io_loop")
 

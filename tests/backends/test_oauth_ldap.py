@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.backends.slapd import PEOPLE, READER_DN, READER_PASSWORD, SUFFIX, crypt_bcrypt
 from tests.backends.test_account_state_ldap import admin, directory, replace  # noqa: F401 - its slapd, reused
-from tests.helpers import assert_error, assert_json
 from tests.oauth.conftest import OAuthClient
+from tests.support.helpers import assert_error, assert_json
+from tests.support.slapd import PEOPLE, READER_DN, READER_PASSWORD, SUFFIX, crypt_bcrypt
 
 pytestmark = pytest.mark.usefixtures("io_loop")
 

@@ -9,9 +9,9 @@ import uuid
 import pytest
 
 from tests.handlers.test_account_state import edit_users
-from tests.helpers import DEFAULT_USERS, assert_error, assert_json
 from tests.oauth.conftest import OAuthClient
 from tests.oauth.test_refresh import use
+from tests.support.helpers import DEFAULT_USERS, assert_error, assert_json
 
 pytestmark = pytest.mark.usefixtures("io_loop")
 

@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from tests.helpers import assert_error, assert_json
-from tests.page_client import Browser, assert_page
+from tests.support.helpers import assert_error, assert_json
+from tests.support.page_client import Browser, assert_page
 
 pytestmark = pytest.mark.usefixtures("io_loop", "store_kind")
 
@@ -109,8 +109,8 @@ async def test_the_cli_revoking_all_ends_every_browser(fetch, login, tmp_path, u
     import asyncio
     import sys
 
-    from tests.helpers import JWT_SECRET
-    from tests.servers import ROOT
+    from tests.support.helpers import JWT_SECRET
+    from tests.support.servers import ROOT
 
     await login()
     home, away = await two_browsers(fetch)

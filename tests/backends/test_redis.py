@@ -10,9 +10,9 @@ from backends.redis import RedisBackend
 from backends.redis_connect import parse_address
 from homeserver.config import build_config
 from homeserver.errors import ConfigError
-from tests.backends.redis_servers import redis_overrides
 from tests.backends.test_redis_parity import LOGIN, PROFILE, WHOAMI, login_body
-from tests.helpers import assert_error, assert_json, record
+from tests.support.helpers import assert_error, assert_json, record
+from tests.support.redis_servers import redis_overrides
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from homeserver.errors import StoreDataError
-from tests.backends.redis_servers import redis_overrides
-from tests.helpers import record
+from tests.support.helpers import record
+from tests.support.redis_servers import redis_overrides
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import bcrypt
 import pytest
 
 from homeserver import cli
-from tests.backends.redis_servers import free_port
+from tests.support.redis_servers import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

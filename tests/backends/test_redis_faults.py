@@ -9,7 +9,6 @@ import pytest
 
 from backends.redis import RedisBackend
 from homeserver.errors import StoreUnavailable
-from tests.backends.redis_servers import make_store, redis_overrides
 from tests.backends.test_redis_parity import (
     CAPABILITIES,
     LOGIN,
@@ -17,7 +16,8 @@ from tests.backends.test_redis_parity import (
     WHOAMI,
     login_body,
 )
-from tests.helpers import assert_error, assert_json
+from tests.support.helpers import assert_error, assert_json
+from tests.support.redis_servers import make_store, redis_overrides
 
 RETRY_AFTER = 7
 # Generous: the defaults give up after about 2 s (two 1 s reads) on a silent server.

@@ -11,10 +11,10 @@ import redis.cluster
 
 from backends.base import User, UserExists
 from homeserver.errors import StoreDataError
-from tests.backends.redis_servers import Store, make_store
 from tests.backends.test_redis_faults import FAULT_BOUND
 from tests.backends.test_redis_parity import LOGIN, PROFILE, WHOAMI, login_body
-from tests.helpers import assert_error, assert_json, record
+from tests.support.helpers import assert_error, assert_json, record
+from tests.support.redis_servers import Store, make_store
 
 FAILOVER_BOUND = 30.0
 

@@ -11,9 +11,9 @@ import redis.cluster
 
 from backends.base import StoreIncomplete
 from backends.redis import LIST_BATCH
-from tests.backends.redis_servers import Store, make_store, redis_overrides
 from tests.backends.test_redis_batching import count_pipelines
-from tests.helpers import record
+from tests.support.helpers import record
+from tests.support.redis_servers import Store, make_store, redis_overrides
 
 MANY = 1234  # several batches and a part
 

@@ -6,9 +6,9 @@ import uuid
 
 import pytest
 
-from tests.backends.redis_servers import redis_overrides
 from tests.backends.test_redis_cli import add_user, config_file  # noqa: F401 (fixtures)
-from tests.helpers import assert_json
+from tests.support.helpers import assert_json
+from tests.support.redis_servers import redis_overrides
 
 WHOAMI = "/_matrix/client/v3/account/whoami"
 PREFIX = f"test:{uuid.uuid4().hex}:session:"

@@ -6,8 +6,8 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.backends.redis_servers import redis_overrides
-from tests.helpers import DEFAULT_USERS, assert_error, assert_json, record
+from tests.support.helpers import DEFAULT_USERS, assert_error, assert_json, record
+from tests.support.redis_servers import redis_overrides
 
 LOGIN = "/_matrix/client/v3/login"
 PROFILE = "/_matrix/client/v3/profile/"

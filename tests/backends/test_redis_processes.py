@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.backends.redis_servers import free_port, wait_until
-from tests.helpers import JWT_SECRET
-from tests.servers import ROOT, call, login
+from tests.support.helpers import JWT_SECRET
+from tests.support.redis_servers import free_port, wait_until
+from tests.support.servers import ROOT, call, login
 
 
 @pytest.fixture

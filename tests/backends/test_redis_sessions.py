@@ -10,8 +10,8 @@ import pytest
 from backends.sessions import Session, create_session_store
 from homeserver.config import build_config
 from homeserver.ratelimit import LoginLimits
-from tests.helpers import assert_error, assert_json
-from tests.servers import WHOAMI, Server, call, login, write_config
+from tests.support.helpers import assert_error, assert_json
+from tests.support.servers import WHOAMI, Server, call, login, write_config
 from tests.test_shared_limits import LIMITS
 
 LOGOUT = "/_matrix/client/v3/logout"

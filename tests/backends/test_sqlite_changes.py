@@ -16,7 +16,7 @@ from backends.base import StoreUnavailable
 from backends.sessions import Session
 from backends.sessions.sqlite import SqliteSessionStore
 from backends.sessions.sqlite.changes import _FORMAT, ChangeCounter
-from tests.servers import ROOT
+from tests.support.servers import ROOT
 
 
 def session(token_hash: str, user: str = "alice", **kw) -> Session:

@@ -10,7 +10,7 @@ import pytest
 from backends.file import FileBackend
 from backends.hashes import stored_password_problem
 from homeserver.errors import ConfigError
-from tests.helpers import record
+from tests.support.helpers import record
 
 HASH = bcrypt.hashpw(b"pw", bcrypt.gensalt(4))
 

@@ -28,9 +28,9 @@ from tests.backends.listing_stores import (
     add_group,
     ldap_store,
 )
-from tests.backends.redis_servers import redis_overrides
-from tests.backends.slapd import PEOPLE
-from tests.helpers import record
+from tests.support.helpers import record
+from tests.support.redis_servers import redis_overrides
+from tests.support.slapd import PEOPLE
 
 
 def test_the_flags_are_stored_fields_left_out_when_false():

@@ -14,7 +14,7 @@ import pytest
 
 from backends.base import StoreIncomplete, User
 from tests.backends.listing_stores import NAMES, ListedStore, file_store, ldap_store, redis_store
-from tests.backends.redis_servers import start_server
+from tests.support.redis_servers import start_server
 
 
 @pytest.fixture(params=["file", "redis", "ldap"])

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.fake_synapse import Calls, serve_fake
-from tests.page_client import Browser
+from tests.support.fake_synapse import Calls, serve_fake
+from tests.support.page_client import Browser
 
 
 @pytest.fixture
@@ -18,7 +18,7 @@ def browser(fetch) -> Browser:
 
 @pytest.fixture
 def fake_synapse(hs, io_loop) -> Iterator[Calls]:
-    """An in-process fake Synapse (tests/fake_synapse.py), and hs.delegation calling it."""
+    """An in-process fake Synapse (tests/support/fake_synapse.py), and hs.delegation calling it."""
     calls = Calls()
     server = serve_fake(hs, calls)
     yield calls

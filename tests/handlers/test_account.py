@@ -7,8 +7,8 @@ import time
 import pytest
 from jose import jwt
 
-from tests.helpers import JWT_SECRET, assert_error, assert_json
-from tests.openapi import validate
+from tests.support.helpers import JWT_SECRET, assert_error, assert_json
+from tests.support.openapi import validate
 
 CAPS = "/_matrix/client/v3/capabilities"
 WHOAMI = "/_matrix/client/v3/account/whoami"

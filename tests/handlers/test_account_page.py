@@ -1,6 +1,6 @@
 """The account page over HTTP: security headers and cookies, XSRF, sign-in, every ?action= and every form.
 
-The real-browser walk through the same pages is tests/test_account_page_browser.py.
+The real-browser walk through the same pages is tests/handlers/test_account_page_browser.py.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import DEFAULT_USERS, assert_error, assert_json, record
-from tests.page_client import CSP, PAGE, Browser, assert_page, set_cookies, text
+from tests.support.helpers import DEFAULT_USERS, assert_error, assert_json, record
+from tests.support.page_client import CSP, PAGE, Browser, assert_page, set_cookies, text
 
 pytestmark = pytest.mark.usefixtures("io_loop")
 
@@ -339,7 +339,7 @@ async def test_end_all_needs_the_password(browser, signed_in, fetch):
 
 async def test_end_all_is_one_logout_in_the_audit_trail(browser, signed_in, caplog):
     """Signing out everywhere is one logout (every session and every page sign-in), not that
-    and a second one for this browser's page session, which it has ended already."""
+    and a second one for this browser's own session, which it has ended already."""
     caplog.set_level(logging.INFO, logger="homeserver.audit")
     assert (await browser.post({"op": "end_all", "password": "wonderland"})).status == 303
     lines = [r.getMessage() for r in caplog.records if r.name == "homeserver.audit"]
@@ -359,7 +359,7 @@ async def test_sign_out_ends_the_cookie_even_if_kept(browser, signed_in, fetch):
     assert_json(await fetch(WHOAMI, token=signed_in["PHONE"]))
 
 
-async def test_forms_after_the_page_session_ended_ask_to_sign_in(browser, signed_in, fetch):
+async def test_forms_after_the_browser_session_ended_ask_to_sign_in(browser, signed_in, fetch):
     browser.cookies.pop("hs_account")
     body = assert_page(await browser.post({"op": "end", "device_id": "PHONE"}), 401)
     assert "<h1>Sign in</h1>" in body
@@ -376,7 +376,7 @@ async def test_unknown_op_is_400(browser, signed_in):
     assert_page(await browser.post({"op": "format_disk"}), 400)
 
 
-async def test_password_change_ends_the_page_session(browser, signed_in, users_path, backend):
+async def test_password_change_ends_the_browser_session(browser, signed_in, users_path, backend):
     users = [dict(r) for r in DEFAULT_USERS]
     users[0] = record("alice", "new-password", " [alice]", display_name="Alice")
     with open(users_path, "w") as fh:
@@ -388,8 +388,8 @@ async def test_password_change_ends_the_page_session(browser, signed_in, users_p
     assert set_cookies(resp)["hs_account"].value == ""  # cleared
 
 
-async def test_locking_in_the_users_file_ends_the_page_session(browser, signed_in, users_path, backend, fetch):
-    """`run.py lock` (the record's `locked`): the page session ends at once, sign-in is refused
+async def test_locking_in_the_users_file_ends_the_browser_session(browser, signed_in, users_path, backend, fetch):
+    """`run.py lock` (the record's `locked`): the browser session ends at once, sign-in is refused
     with the locked message after the right password only, and the Matrix sessions are kept."""
     users = [dict(r) for r in DEFAULT_USERS]
     users[0]["locked"] = True
@@ -411,7 +411,7 @@ async def test_locking_in_the_users_file_ends_the_page_session(browser, signed_i
     assert (await browser.sign_in()).status == 303
 
 
-async def test_expired_page_session(browser, signed_in, monkeypatch):
+async def test_expired_browser_session(browser, signed_in, monkeypatch):
     import time as time_module
 
     real = time_module.time

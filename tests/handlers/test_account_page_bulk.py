@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import assert_error, assert_json
-from tests.page_client import Browser, assert_page
+from tests.support.helpers import assert_error, assert_json
+from tests.support.page_client import Browser, assert_page
 
 pytestmark = pytest.mark.usefixtures("io_loop")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.page_client import assert_page, set_cookies
+from tests.support.page_client import assert_page, set_cookies
 
 pytestmark = pytest.mark.usefixtures("io_loop")
 

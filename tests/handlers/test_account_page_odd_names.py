@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import assert_json, record
-from tests.page_client import Browser, assert_page
+from tests.support.helpers import assert_json, record
+from tests.support.page_client import Browser, assert_page
 
 pytestmark = pytest.mark.usefixtures("io_loop")
 

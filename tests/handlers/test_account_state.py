@@ -12,8 +12,8 @@ import pytest
 from backends.file import write_atomically
 from homeserver.request_id import RequestIdFilter
 from homeserver.sessions import token_digest
-from tests.helpers import DEFAULT_USERS, assert_error, assert_json, hex_hash
-from tests.openapi import validate, validate_error
+from tests.support.helpers import DEFAULT_USERS, assert_error, assert_json, hex_hash
+from tests.support.openapi import validate, validate_error
 
 WHOAMI = "/_matrix/client/v3/account/whoami"
 CAPS = "/_matrix/client/v3/capabilities"
@@ -146,7 +146,7 @@ async def test_a_reset_ends_unused_sessions_too_at_the_first_request(fetch, logi
 
 async def test_the_sweep_ends_stale_sessions_nobody_uses(login, hs, backend, users_path, session_store):
     """As for a store that does not say what changed (Redis, LDAP): the sweep finds them."""
-    backend.on_change = None
+    await hs.stop()  # nothing follows what the store says changed
     token = (await login())["access_token"]
     await edit_users(backend, users_path, with_alice(ident=" [alice, again]"))
     assert await hs.devices.sweep_removed_users(hs.users) == 1

@@ -6,8 +6,8 @@ import base64
 
 import pytest
 
-from tests.helpers import assert_error, assert_json
-from tests.openapi import validate
+from tests.support.helpers import assert_error, assert_json
+from tests.support.openapi import validate
 
 WHOAMI = "/_matrix/client/v3/account/whoami"
 DEVICES = "/_matrix/client/v3/devices"

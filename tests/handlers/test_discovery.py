@@ -2,8 +2,8 @@
 
 import pytest
 
-from tests.helpers import CORS, assert_error, assert_json
-from tests.openapi import validate
+from tests.support.helpers import CORS, assert_error, assert_json
+from tests.support.openapi import validate
 
 
 async def test_well_known_client(fetch):

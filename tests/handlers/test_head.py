@@ -6,7 +6,7 @@ import pytest
 
 from homeserver.app import make_app
 from homeserver.handlers.base import BaseHandler
-from tests.helpers import CORS
+from tests.support.helpers import CORS
 
 # Headers that differ between any two responses.
 VARYING = {"Date", "X-Request-Id"}

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from homeserver.errors import StoreUnavailable
-from tests.helpers import assert_error, assert_json
+from tests.support.helpers import assert_error, assert_json
 
 
 async def test_liveness(fetch):

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import assert_error, assert_json
+from tests.support.helpers import assert_error, assert_json
 
 LOGIN = "/_matrix/client/v3/login"
 PROFILE = "/_matrix/client/v3/profile/"

@@ -8,7 +8,7 @@ import bcrypt
 import pytest
 from jose import jwt
 
-from tests.helpers import (
+from tests.support.helpers import (
     DEFAULT_USERS,
     JWT_SECRET,
     assert_error,
@@ -16,7 +16,7 @@ from tests.helpers import (
     hex_hash,
     record,
 )
-from tests.openapi import validate
+from tests.support.openapi import validate
 
 LOGIN = "/_matrix/client/v3/login"
 

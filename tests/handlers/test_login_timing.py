@@ -10,8 +10,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from tests.helpers import assert_error, record
-from tests.page_client import Browser
+from tests.support.helpers import assert_error, record
+from tests.support.page_client import Browser
 
 pytestmark = pytest.mark.usefixtures("io_loop")
 
@@ -21,7 +21,7 @@ TRIES = 7
 
 @pytest.fixture
 def user_records():
-    from tests.helpers import hex_hash
+    from tests.support.helpers import hex_hash
 
     alice = record("alice", ident="a")
     alice["password"] = hex_hash("wonderland", rounds=ROUNDS)

@@ -2,8 +2,8 @@
 
 import pytest
 
-from tests.helpers import DEFAULT_USERS, assert_error, assert_json, record
-from tests.openapi import validate
+from tests.support.helpers import DEFAULT_USERS, assert_error, assert_json, record
+from tests.support.openapi import validate
 
 PROFILE = "/_matrix/client/v3/profile/"
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.helpers import assert_error, assert_json
+from tests.support.helpers import assert_error, assert_json
 
 WHOAMI = "/_matrix/client/v3/account/whoami"
 LOGIN = "/_matrix/client/v3/login"

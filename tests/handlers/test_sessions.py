@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from homeserver.sessions import token_digest
-from tests.helpers import assert_error, assert_json
-from tests.openapi import validate
+from tests.support.helpers import assert_error, assert_json
+from tests.support.openapi import validate
 
 WHOAMI = "/_matrix/client/v3/account/whoami"
 CAPS = "/_matrix/client/v3/capabilities"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.helpers import assert_json
+from tests.support.helpers import assert_json
 
 
 async def test_deleted_user_token_rejected_within_cache_ttl(fetch, login, hs):

@@ -10,8 +10,8 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.delegation_fakes import SECRET
-from tests.helpers import assert_error, assert_json
+from tests.support.delegation_fakes import SECRET
+from tests.support.helpers import assert_error, assert_json
 
 pytestmark = pytest.mark.usefixtures("io_loop")
 

@@ -29,8 +29,8 @@ from homeserver.mfa.limits import WrongCodeLimit
 from homeserver.mfa.passkeys import PasskeyError, RelyingParty
 from homeserver.mfa.sealing import Keyring
 from homeserver.mfa.service import SecondFactors
-from tests.browser import chrome
 from tests.mfa.memory_store import MemoryFactorStore
+from tests.support.browser import chrome
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "homeserver", "static", "webauthn.js")
 # The account page's policy (homeserver/handlers/page_base.py) with scripts from the page's

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 from backends.synapse.config import DatabaseSettings, database_settings
-from tests.backends.slapd import Slapd, slapd
-from tests.helpers import ci
+from tests.support.helpers import ci
 from tests.support.postgres import PostgresCluster, PostgresUnavailable
+from tests.support.slapd import Slapd, slapd
+from tests.support.synapse import SynapseUnavailable
 from tests.support.synapse_before import BeforeState, SynapseBefore, make_state
 from tests.support.synapse_schema import SynapseRows, create_schema
-from tests.synapse import SynapseUnavailable
 
 __all__ = ["slapd"]  # the test directory, for matrix-synapse-ldap3 and the LDAP store
 

@@ -15,7 +15,7 @@ import pytest
 from backends.base import StoreUnavailable, User, UserBackend
 from homeserver.context import create_backend
 from homeserver.migration.check import check
-from tests.helpers import TEST_ROUNDS
+from tests.support.helpers import TEST_ROUNDS
 from tests.support.synapse_before import LDAP_USER, PEPPER
 
 NOW = 1_800_000_000_000
@@ -184,7 +184,7 @@ async def test_warnings_from_synapses_config(tmp_path, make_config, empty_sqlite
 def fill(rows) -> None:
     u = "@{}:localhost".format
     rows.users([
-        {"name": u("alice"), "password_hash": HASH4},  # in our users file (tests/helpers.py)
+        {"name": u("alice"), "password_hash": HASH4},  # in our users file (tests/support/helpers.py)
         {"name": u("bob"), "password_hash": HASH4, "admin": True},  # in our users file too
         {"name": u("carol"), "password_hash": HASH12, "admin": True, "locked": True},
         {"name": u("dan"), "password_hash": HASH4},

@@ -18,7 +18,7 @@ import pytest
 from homeserver.passwords import HashDecodeError
 from homeserver.synapse_passwords import check_synapse_password, synapse_password_bytes
 from tests.migration.conftest import unavailable
-from tests.synapse import SynapseUnavailable, synapse_python
+from tests.support.synapse import SynapseUnavailable, synapse_python
 
 PEPPER = "pepper-from-homeserver.yaml"
 LONG = "x" * 71  # with the pepper past 72 bytes: only the pepper's first byte counts

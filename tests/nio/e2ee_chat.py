@@ -1,6 +1,6 @@
 """Two matrix-nio clients with encryption (libolm) talk end-to-end encrypted through a server.
 
-Run by tests/test_synapse_nio_e2ee.py with the Python of tests/nio_e2e.py's virtualenv:
+Run by tests/delegation/test_synapse_nio_e2ee.py with the Python of tests/support/nio_e2e.py's virtualenv:
 `python e2ee_chat.py URL SENDER PASSWORD RECEIVER PASSWORD STORE_DIR`. Prints one JSON line
 of what each side saw. Only nio and the standard library.
 """

@@ -14,8 +14,8 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 
-from tests.helpers import Response
-from tests.page_client import set_cookies, text
+from tests.support.helpers import Response
+from tests.support.page_client import set_cookies, text
 
 STABLE = "urn:matrix:client:"
 UNSTABLE = "urn:matrix:org.matrix.msc2967.client:"

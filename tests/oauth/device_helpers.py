@@ -7,9 +7,9 @@ import re
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-from tests.helpers import Response
 from tests.oauth.conftest import OAuthClient, form_fields, scope
-from tests.page_client import set_cookies, text
+from tests.support.helpers import Response
+from tests.support.page_client import set_cookies, text
 
 DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}

@@ -9,9 +9,9 @@ from urllib.parse import urlencode
 
 import pytest
 
-from tests.delegation_fakes import SECRET
 from tests.handlers.test_account_state import edit_users
-from tests.helpers import DEFAULT_USERS, assert_json
+from tests.support.delegation_fakes import SECRET
+from tests.support.helpers import DEFAULT_USERS, assert_json
 
 pytestmark = pytest.mark.usefixtures("io_loop")
 

@@ -9,10 +9,10 @@ import re
 import pytest
 
 from homeserver.oauth import device
-from tests.helpers import assert_json
 from tests.oauth.conftest import UNSTABLE, scope
 from tests.oauth.device_helpers import DEVICE_GRANT, DeviceClient, Person
-from tests.page_client import text
+from tests.support.helpers import assert_json
+from tests.support.page_client import text
 
 pytestmark = pytest.mark.usefixtures("io_loop")
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from homeserver.oauth import device
-from tests.helpers import assert_json
 from tests.oauth.device_helpers import DeviceClient, Person
 from tests.oauth.test_delegation import config_overrides  # noqa: F401 - pointed at the fake Synapse
+from tests.support.helpers import assert_json
 
 pytestmark = pytest.mark.usefixtures("io_loop")
 

@@ -11,10 +11,10 @@ from typing import Any
 import jsonschema
 import pytest
 
-from tests.helpers import assert_error, assert_json
 from tests.oauth.conftest import REDIRECT, UNSTABLE, redirect_values, scope
-from tests.openapi import _inline, _load
-from tests.page_client import text
+from tests.support.helpers import assert_error, assert_json
+from tests.support.openapi import _inline, _load
+from tests.support.page_client import text
 
 pytestmark = pytest.mark.usefixtures("io_loop")
 

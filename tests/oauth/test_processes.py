@@ -14,7 +14,7 @@ from html import unescape
 from typing import Any
 
 from tests.oauth.conftest import challenge_of, scope
-from tests.servers import call
+from tests.support.servers import call
 
 REDIRECT = "http://127.0.0.1/callback"
 

@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from tests.helpers import assert_error
 from tests.oauth.test_refusals import oauth_error
+from tests.support.helpers import assert_error
 
 pytestmark = pytest.mark.usefixtures("io_loop")
 
@@ -95,8 +95,8 @@ async def test_a_store_failing_midway_at_the_poll_leaves_the_approval_usable(fet
     # collide with what the failed one left behind (before, it was 503 until the code expired).
     from backends.base import StoreUnavailable
     from homeserver.oauth import device
-    from tests.helpers import assert_json
     from tests.oauth.device_helpers import DeviceClient, Person
+    from tests.support.helpers import assert_json
 
     monkeypatch.setattr(device, "INTERVAL", 0)
     client, person = DeviceClient(fetch), Person(fetch)

@@ -9,9 +9,9 @@ import json
 import pytest
 
 from homeserver.oauth.clients import redirect_matches
-from tests.helpers import assert_json
 from tests.oauth.test_refusals import oauth_error
-from tests.page_client import text
+from tests.support.helpers import assert_json
+from tests.support.page_client import text
 
 pytestmark = pytest.mark.usefixtures("io_loop")
 

@@ -10,7 +10,7 @@ import pytest
 
 from homeserver.sessions import token_digest
 from tests.handlers.test_account_state import edit_users, with_alice
-from tests.helpers import DEFAULT_USERS, assert_error, assert_json, hex_hash
+from tests.support.helpers import DEFAULT_USERS, assert_error, assert_json, hex_hash
 
 pytestmark = pytest.mark.usefixtures("io_loop")
 

@@ -9,9 +9,9 @@ from urllib.parse import urlencode
 
 import pytest
 
-from tests.helpers import assert_error, assert_json
 from tests.oauth.conftest import REDIRECT, redirect_values, scope
-from tests.page_client import text
+from tests.support.helpers import assert_error, assert_json
+from tests.support.page_client import text
 
 pytestmark = pytest.mark.usefixtures("io_loop")
 

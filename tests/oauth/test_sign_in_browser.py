@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from tests.browser import chrome
+from tests.handlers.test_account_page_browser import ThreadServer, fill, page_text, press
 from tests.oauth.conftest import challenge_of, scope
-from tests.servers import call
-from tests.test_account_page_browser import ThreadServer, fill, page_text, press
+from tests.support.browser import chrome
+from tests.support.servers import call
 
 
 class Callback(http.server.BaseHTTPRequestHandler):

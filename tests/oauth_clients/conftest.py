@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.browser import chrome
-from tests.servers import ServerProcess
+from tests.support.browser import chrome
+from tests.support.servers import ServerProcess
 
 # Short (the least the server takes), so that a test sees a client refresh by itself
 # after waiting this long.

@@ -128,8 +128,8 @@ class SignInError(AssertionError):
     """The sign-in did not reach the client's redirect URI: what was seen instead."""
 
 
-class PageSession:
-    """A cookie jar on one host, and the pages' forms filled as the contract says."""
+class FormBrowser:
+    """A browser without scripts: a cookie jar on one host, and the pages' forms filled as the contract says."""
 
     def __init__(self) -> None:
         self.cookies: dict[str, str] = {}
@@ -239,7 +239,7 @@ class OAuthClient:
              spelling: str = STABLE) -> str:
         """Through the sign-in page to the redirect: the code (state checked)."""
         state = secrets.token_urlsafe(12)
-        landed = PageSession().sign_in(self.authorization_url(device_id, state, challenge, spelling),
+        landed = FormBrowser().sign_in(self.authorization_url(device_id, state, challenge, spelling),
                                        name, password, self.redirect_uri)
         params = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(landed).query))
         assert params.get("state") == state, landed

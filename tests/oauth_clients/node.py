@@ -1,11 +1,11 @@
 """OAuth clients from npm driven by node, and the person's part of their flows.
 
-The npm packages go into caches inside .venv (as tests/js_sdk.py does for matrix-js-sdk);
+The npm packages go into caches inside .venv (as tests/support/js_sdk.py does for matrix-js-sdk);
 the scripts of tests/js/ are copied beside them, named by their content. A script prints
 `{"authorize": URL, "user": NAME}` when a person must sign in, waits on its loopback
 listener for the browser to land there, and prints `{"result": {...}}` last. The person is
 either a plain HTTP client posting the sign-in form (tests/oauth_clients/flow.py) or a
-headless Chromium (tests/browser.py), filling the page as the contract describes it: one
+headless Chromium (tests/support/browser.py), filling the page as the contract describes it: one
 text or e-mail input for the name, one password input, the first submit button; a page
 after it goes on by its first submit button.
 """
@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import ci
-from tests.js_sdk import install_js_sdk
-from tests.oauth_clients.flow import PageSession, request
+from tests.oauth_clients.flow import FormBrowser, request
+from tests.support.helpers import ci
+from tests.support.js_sdk import install_js_sdk
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OAUTH4WEBAPI_MAJOR = 3
@@ -135,7 +135,7 @@ def http_person(password_of: Callable[[str], str]) -> SignIn:
     """The person as a plain HTTP client: the forms posted, the loopback redirect visited."""
 
     def sign_in(url: str, user: str) -> str:
-        landed = PageSession().sign_in(url, user, password_of(user), redirect_of(url))
+        landed = FormBrowser().sign_in(url, user, password_of(user), redirect_of(url))
         answer = request(landed.split("#", 1)[0])
         assert answer.status == 200, answer
         return landed
@@ -156,7 +156,7 @@ def chromium_person(driver: Any, password_of: Callable[[str], str], pages: list[
 
     def sign_in(url: str, user: str) -> str:
         redirect = redirect_of(url)
-        # Another person's page session (a sign-in remembered) must not answer for this one.
+        # Another person's browser session (a sign-in remembered) must not answer for this one.
         driver.execute_cdp_cmd("Network.clearBrowserCookies", {})
         driver.get(url)
         signed = False

@@ -1,4 +1,4 @@
-"""The delegation deployment of tests/delegation_stack.py (this server, a real Synapse, a real
+"""The delegation deployment of tests/support/delegation_stack.py (this server, a real Synapse, a real
 nginx running conf/nginx-delegation.conf) with `[oauth]` on: Synapse proxies our metadata as
 its `auth_metadata` and introspects the OAuth tokens; clients talk to nginx only."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.delegation_stack import DelegationStack
+from tests.support.delegation_stack import DelegationStack
 
 # Long enough for Synapse's start-up chatter, short enough that a chat sees a refresh.
 LIFETIME = 20

@@ -19,7 +19,7 @@ import re
 from tests.oauth_clients.conftest import LIFETIME, OAUTH, PASSWORDS
 from tests.oauth_clients.flow import METADATA, UNSTABLE, OAuthClient, request
 from tests.oauth_clients.node import chromium_person, http_person, js_sdk_script, oauth4webapi_script, run_flow
-from tests.servers import ServerProcess
+from tests.support.servers import ServerProcess
 
 DEVICE_SCOPE = re.compile(r"urn:matrix:client:device:(\S+)")
 
@@ -34,7 +34,7 @@ def test_authlib_validates_the_metadata_document(tmp_path) -> None:
     try:
         from authlib.oauth2.rfc8414 import AuthorizationServerMetadata
     except ImportError:
-        from tests.browser import missing
+        from tests.support.browser import missing
 
         missing("Authlib is not installed (pip install -r requirements-dev.txt)")
     server = ServerProcess(tmp_path, 1, OAUTH, base_url="https://matrix.example.org")

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from tests.js_sdk import install_js_sdk
 from tests.oauth_clients.conftest import PASSWORDS
 from tests.oauth_clients.node import install_oauth4webapi, run_script, script_in
-from tests.servers import ServerProcess
+from tests.support.js_sdk import install_js_sdk
+from tests.support.servers import ServerProcess
 
 DEVICE_LIFETIME = 20  # seconds: the least a test waits for an expiry
 Approve = Callable[[dict[str, Any]], None]

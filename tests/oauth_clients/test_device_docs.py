@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ci
 from tests.oauth_clients.device_person import HttpPerson
+from tests.support.helpers import ci
 
 DOC = Path(__file__).resolve().parent.parent.parent / "docs" / "oauth.md"
 

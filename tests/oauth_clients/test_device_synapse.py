@@ -14,7 +14,7 @@ from tests.oauth_clients.device_person import HttpPerson
 from tests.oauth_clients.flow import post_form, request
 from tests.oauth_clients.stack import OAuthStack
 from tests.oauth_clients.test_synapse import oauth_stack  # noqa: F401 - the module's own stack
-from tests.synapse import http
+from tests.support.synapse import http
 
 DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 WHOAMI = "/_matrix/client/v3/account/whoami"

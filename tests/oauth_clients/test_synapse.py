@@ -15,10 +15,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.delegation_stack import password_of, serve
 from tests.oauth_clients.node import chromium_person, js_sdk_script, run_flow
 from tests.oauth_clients.stack import LIFETIME, OAuthStack
-from tests.synapse import http
+from tests.support.delegation_stack import password_of, serve
+from tests.support.synapse import http
 
 SENDER, RECEIVER = "carol", "dave"
 
@@ -73,16 +73,16 @@ def test_an_oauth_user_resets_cross_signing_approved_on_our_page(oauth_stack: OA
     """Synapse's `m.oauth` stage (MSC4312) for an OAuth session: the link is our account page
     from our metadata; the person approves there in Chromium; the client's new master key is
     then taken."""
-    from tests.browser import chrome
-    from tests.js_sdk import install_js_sdk
-    from tests.oauth_clients.flow import OAuthClient
-    from tests.test_account_page_synapse import (
+    from tests.delegation.test_synapse_account_page import (
         approve_reset,
         master_key_at_synapse,
         new_master_key,
         upload,
         upload_script,
     )
+    from tests.oauth_clients.flow import OAuthClient
+    from tests.support.browser import chrome
+    from tests.support.js_sdk import install_js_sdk
 
     user = "erin"
     js = upload_script(*install_js_sdk())
@@ -107,8 +107,8 @@ def test_a_user_removed_from_the_directory_is_signed_out_at_synapse(oauth_stack:
     token lifetime; the refresh token is refused."""
     import time
 
-    from tests.delegation_stack import REMOVABLE
     from tests.oauth_clients.flow import OAuthClient
+    from tests.support.delegation_stack import REMOVABLE
 
     client = OAuthClient(oauth_stack.url, client_name="removal test")
     tokens = client.sign_in(REMOVABLE, password_of(REMOVABLE), device_id="REMOVEDDEV")

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support.synapse import EXTRAS, Synapse, http, synapse_extras
 from tests.support.synapse_schema import PSYCOPG2
-from tests.synapse import EXTRAS, Synapse, http, synapse_extras
 
 LDAP3 = next(r for r in EXTRAS if r.startswith("matrix-synapse-ldap3"))
 PEPPER = "synapse-pepper-Ünïcode"
@@ -33,7 +33,7 @@ PASSWORDS = {
     "dave": "dave-pw",
     "erin": "erin-pw",
 }
-LDAP_USER, LDAP_PASSWORD = "grace", "grace-pw"  # tests/backends/slapd.py's directory
+LDAP_USER, LDAP_PASSWORD = "grace", "grace-pw"  # tests/support/slapd.py's directory
 
 
 @dataclass

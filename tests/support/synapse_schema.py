@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.synapse import EXTRAS, SynapseUnavailable, synapse_extras, synapse_python
+from tests.support.synapse import EXTRAS, SynapseUnavailable, synapse_extras, synapse_python
 
 PSYCOPG2 = next(r for r in EXTRAS if r.startswith("psycopg2"))
 
