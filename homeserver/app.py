@@ -14,12 +14,12 @@ from homeserver.handlers import (
     devices_api,
     discovery_api,
     health_api,
+    introspection_api,
     login_api,
     oauth_api,
-    oauth_device,
-    oauth_introspection,
-    oauth_metadata,
-    oauth_page,
+    oauth_device_pages,
+    oauth_metadata_api,
+    oauth_pages,
     profile_api,
 )
 from homeserver.handlers.base import NotFoundHandler
@@ -31,9 +31,9 @@ from homeserver.logs import log_request
 # of one area matches a path of another, so the order changes only how soon a request
 # finds its handler (tests/test_routes.py compares every path with the areas' own order).
 ROUTES = (
-    account_api.ROUTES + profile_api.ROUTES + discovery_api.ROUTES + oauth_introspection.ROUTES
-    + oauth_metadata.ROUTES + login_api.ROUTES + devices_api.ROUTES + health_api.ROUTES + oauth_api.ROUTES
-    + oauth_device.ROUTES + oauth_page.ROUTES + account_pages.ROUTES
+    account_api.ROUTES + profile_api.ROUTES + discovery_api.ROUTES + introspection_api.ROUTES
+    + oauth_metadata_api.ROUTES + login_api.ROUTES + devices_api.ROUTES + health_api.ROUTES + oauth_api.ROUTES
+    + oauth_device_pages.ROUTES + oauth_pages.ROUTES + account_pages.ROUTES
 )
 
 

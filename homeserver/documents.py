@@ -23,6 +23,7 @@ class Documents:
     versions: bytes
     login_flows: bytes
     capabilities: bytes
+    support_page: bytes  # HTML: the well-known's support_page
     # The OAuth 2.0 server metadata (homeserver.oauth.metadata), None with `[oauth]` off: at
     # the Matrix paths (`auth_metadata`; MSC2965's with the unstable account actions), and at
     # RFC 8414's and OpenID's well-known paths (with the introspection endpoint under delegation).
@@ -32,7 +33,6 @@ class Documents:
     # /.well-known/openid-configuration: the server metadata, or under `[delegation]` alone
     # what Synapse needs (issuer, account page, introspection); None with neither.
     openid_configuration: bytes | None = None
-    support_page: bytes  # HTML: the well-known's support_page
 
     @classmethod
     def from_config(cls, config: Config) -> Documents:

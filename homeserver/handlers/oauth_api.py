@@ -1,5 +1,5 @@
 """The OAuth 2.0 API's JSON endpoints: client registration (RFC 7591), the token endpoint
-(RFC 6749) and revocation (RFC 7009). Their errors are OAuth's (`error`,
+(RFC 6749), revocation (RFC 7009) and the device authorization endpoint (RFC 8628). Their errors are OAuth's (`error`,
 `error_description`), not Matrix's; with `[oauth]` off they are 404 M_UNRECOGNIZED."""
 
 from __future__ import annotations
@@ -14,7 +14,13 @@ from homeserver.handlers.body import BodyHandler, FormError
 from homeserver.jsonio import decode_json_object, encode_json
 from homeserver.oauth import OAuth
 from homeserver.oauth.errors import INVALID_REQUEST, SERVER_ERROR, TEMPORARILY_UNAVAILABLE, OAuthError
-from homeserver.oauth.metadata import REGISTRATION_PATH, REVOCATION_PATH, TOKEN_PATH
+from homeserver.oauth.metadata import (
+    DEVICE_AUTHORIZATION_PATH,
+    REGISTRATION_PATH,
+    REVOCATION_PATH,
+    TOKEN_PATH,
+    VERIFICATION_PATH,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -99,8 +105,19 @@ class RevocationHandler(OAuthApiHandler):
         self.answer({})
 
 
+class DeviceAuthorizationHandler(OAuthApiHandler):
+    """POST: codes for a program that asks for a sign-in (RFC 8628 3.1, 3.2); the person
+    approves it on a page (handlers/oauth_device_pages.py)."""
+
+    async def post(self) -> None:
+        oauth = self.oauth()
+        verification = self.hs.base_url.rstrip("/") + VERIFICATION_PATH
+        self.answer(await oauth.device.authorize(self.fields(), self.client_ip, verification))
+
+
 ROUTES = [
     (REGISTRATION_PATH, RegistrationHandler),
     (TOKEN_PATH, TokenHandler),
     (REVOCATION_PATH, RevocationHandler),
+    (DEVICE_AUTHORIZATION_PATH, DeviceAuthorizationHandler),
 ]

@@ -1,7 +1,7 @@
 """The authorization endpoint: its request (RFC 6749 4.1.1, RFC 7636, the Matrix rules), its
 answers on the redirect (RFC 6749 4.1.2, 4.1.2.1; OAuth 2.0 Multiple Response Types for
 `response_mode`), and the code a signed-in person's consent makes. The page is
-homeserver.handlers.oauth_page.
+homeserver.handlers.oauth_pages.
 
 A request that names no known client, or a redirect URI the client did not register, is
 never redirected (RFC 6749 4.1.2.1: the person sees an error page, PageError). Every other
@@ -68,7 +68,7 @@ class Redirect:
 
 
 class RedirectError(Exception):
-    """An error for the client's redirect URI (on a page of ours: homeserver.handlers.oauth_page)."""
+    """An error for the client's redirect URI (on a page of ours: homeserver.handlers.oauth_pages)."""
 
     def __init__(self, redirect: Redirect, error: OAuthError, client_name: str = "The application") -> None:
         super().__init__(str(error))

@@ -1,5 +1,5 @@
 """The device authorization grant (RFC 8628, Matrix v1.18): a program without a browser asks
-for a sign-in, a person approves it on our page (homeserver.handlers.oauth_device) by typing
+for a sign-in, a person approves it on our page (homeserver.handlers.oauth_device_pages) by typing
 the short user code, and the program, polling the token endpoint, gets its tokens.
 
 - The device code is 256 random bits; the user code 8 letters of RFC 8628's unambiguous

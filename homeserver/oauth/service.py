@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from backends.sessions.base import Session
 from backends.sessions.oauth import OAuthStore
 from homeserver.credentials import Credentials
 from homeserver.oauth.authorize import Authorization

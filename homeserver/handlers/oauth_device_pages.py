@@ -1,6 +1,6 @@
-"""The device authorization grant over HTTP (RFC 8628): the device authorization endpoint
-(JSON, OAuth errors) and the page where a person approves a device sign-in (HTML, under
-/account/ so the account page's cookie and XSRF cookie reach it; no JavaScript).
+"""The page where a person approves a device sign-in (RFC 8628; HTML, under /account/ so the
+account page's cookie and XSRF cookie reach it; no JavaScript). The device authorization
+endpoint, which the program calls, is JSON: handlers/oauth_api.py.
 
 The page's steps, each a form whose first submit button goes on: sign in (skipped by a person
 signed in on the account page), type the code (skipped from `verification_uri_complete`),
@@ -15,25 +15,15 @@ from typing import Any
 from tornado.web import HTTPError
 
 from homeserver.errors import PageError
-from homeserver.handlers.oauth_api import OAuthApiHandler
 from homeserver.handlers.page_base import PageHandler
 from homeserver.oauth import OAuth
 from homeserver.oauth.device import DeviceAuthorization, DeviceFlow, normalize, shown
-from homeserver.oauth.metadata import DEVICE_AUTHORIZATION_PATH, VERIFICATION_PATH
+from homeserver.oauth.metadata import VERIFICATION_PATH
 
 logger = logging.getLogger(__name__)
 
 # The audit trail's reason for a sign-in on the approval page.
 AUDIT_REASON = "device sign-in"
-
-
-class DeviceAuthorizationHandler(OAuthApiHandler):
-    """POST: codes for a program that asks for a sign-in (RFC 8628 3.1, 3.2)."""
-
-    async def post(self) -> None:
-        oauth = self.oauth()
-        base = str(self.hs.config.get("server", "base_url")).rstrip("/")
-        self.answer(await oauth.device.authorize(self.fields(), self.client_ip, base + VERIFICATION_PATH))
 
 
 class DevicePageHandler(PageHandler):
@@ -120,6 +110,5 @@ class DevicePageHandler(PageHandler):
 
 
 ROUTES = [
-    (DEVICE_AUTHORIZATION_PATH, DeviceAuthorizationHandler),
     (VERIFICATION_PATH, DevicePageHandler),
 ]
