@@ -3,7 +3,7 @@ schema, created or migrated at start-up (PRAGMA user_version). Every table of ev
 born in a numbered migration: 1 sessions, devices, rate_limits; 2 delegation_users,
 delegation_resync; 3 the sessions' credential fingerprints; 4 page_sessions (the account
 page's sign-ins); 5 oauth_clients, oauth_codes, oauth_grants, oauth_refresh; 6
-oauth_device_codes."""
+oauth_device_codes; 7 delegation_missing, delegation_sweep (the directory sweep)."""
 
 from __future__ import annotations
 
@@ -117,6 +117,23 @@ MIGRATIONS: list[str] = [
         last_poll_ts   INTEGER NOT NULL DEFAULT 0,
         expires_ts     INTEGER NOT NULL   -- ms: the row goes after it
     ) WITHOUT ROWID;
+    """,
+    # 7: the directory sweep (issue 36, sqlite/delegation.py): the users provisioned at
+    # Synapse it found missing from the user store and since when, and one row for the sweep
+    # itself: its lease (who sweeps, until when), when the last sweep started, and how many
+    # users the last sweep the guard let through found.
+    """
+    CREATE TABLE IF NOT EXISTS delegation_missing (
+        user  TEXT PRIMARY KEY,
+        since INTEGER NOT NULL            -- ms: the first sweep that missed them
+    ) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS delegation_sweep (
+        id         INTEGER PRIMARY KEY CHECK (id = 1),
+        holder     TEXT NOT NULL DEFAULT '', -- the process sweeping ('' for none)
+        until_ms   INTEGER NOT NULL DEFAULT 0, -- its lease runs until then
+        started_ms INTEGER NOT NULL DEFAULT 0, -- when the last sweep started
+        reference  INTEGER                -- users the last unguarded sweep found
+    );
     """,
 ]
 VERSION = len(MIGRATIONS)
