@@ -1,7 +1,9 @@
 """The audit trail: one structured line on the `homeserver.audit` logger per security event.
 
-Logins (success and failure), logouts, revocations, locks and unlocks seen, and sessions
-ended because the account's credential changed or the account was removed. Each line
+Logins (success and failure), logouts, revocations, locks and unlocks seen, sessions
+ended because the account's credential changed or the account was removed, and, with
+delegation, users deactivated at Synapse after they left the user store and reactivated
+when they came back. Each line
 names the event, the user, the device, the client address, the request ID (from the
 logging filter) and the reason; never a password, a token or a hash. The text format
 writes `audit <event> key="value" ...`; the JSON format writes the same keys as fields
@@ -27,6 +29,8 @@ REVOKE = "revoke"
 LOCK = "lock"
 UNLOCK = "unlock"
 SESSIONS_ENDED = "sessions_ended"
+DEACTIVATE = "deactivate"
+REACTIVATE = "reactivate"
 
 # The attribute of the log record that carries the fields (the JSON formatter reads it).
 FIELDS_ATTRIBUTE = "audit"

@@ -274,6 +274,13 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "timeout": Field("float", 5.0, _range(0.1, 120)),
         # Seconds between attempts to tell Synapse about sessions that ended while it was away.
         "retry_interval": Field("float", 5.0, _range(0.1, 3600)),
+        # Seconds between sweeps of the whole user store (one process sweeps): every user
+        # provisioned at Synapse, leavers signed out and deactivated, returners reactivated.
+        # 0 turns them off (then [sessions] sweep_interval's sweep ends leavers' sessions).
+        "sync_interval": Field("float", 900.0, _range(0, 7 * 86400)),
+        # Seconds a user provisioned at Synapse must have been missing from the user store
+        # before a sweep deactivates them there; 0: the first sweep that misses them.
+        "deactivate_after": Field("float", 86400.0, _range(0)),
     },
     "oauth": {
         # Serve the Matrix OAuth 2.0 API (docs/oauth.md) beside password login.

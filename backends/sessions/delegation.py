@@ -54,10 +54,6 @@ class DelegationState(abc.ABC):
         """Every user ever provisioned at Synapse, with the digest last told (`provisioned`), at once."""
 
     @abc.abstractmethod
-    async def set_provisioned_many(self, digests: dict[str, str]) -> None:
-        """`set_provisioned` for many users in one write."""
-
-    @abc.abstractmethod
     async def missing(self) -> dict[str, int]:
         """The users provisioned at Synapse whom a sweep found missing from the user store,
         each with when one first missed them (ms since the epoch)."""

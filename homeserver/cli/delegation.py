@@ -45,7 +45,8 @@ def sync_summary(users: int, counts: dict[str, int]) -> str:
     """The last line of `delegation sync`: what it covered and what changed."""
     if not users:
         return "No user has a session here: nothing to sync."
-    done = ", ".join(f"{counts[word]} {word}" for word in ("created", "updated", "unchanged", "not in the user store")
+    done = ", ".join(f"{counts[word]} {word}" for word in ("created", "updated", "reactivated", "unchanged",
+                                                                     "not in the user store")
                      if counts.get(word))
     return (
         f"Synapse has the users and devices of the sessions here: {users} user{'s' if users != 1 else ''} "

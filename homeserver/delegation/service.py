@@ -23,18 +23,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import hashlib
 import hmac
-import json
 import logging
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-from backends.base import StoreUnavailable, User, canonical_email
-from backends.sessions.delegation import DelegationState
+from backends.base import StoreUnavailable, User
+from backends.sessions.delegation import DEACTIVATED, DelegationState
+from homeserver import audit
 from homeserver.delegation.locks import KeyedLocks
+from homeserver.delegation.provisioning import (
+    only_the_lock_changed,
+    profile_digest,
+    profile_for_synapse,
+    profile_matches,
+)
 from homeserver.delegation.settings import DelegationSettings
 from homeserver.delegation.synapse import (
     SynapseBadName,
@@ -45,7 +49,6 @@ from homeserver.delegation.synapse import (
     SynapseUnreachable,
 )
 from homeserver.errors import M_UNKNOWN, MatrixError
-from homeserver.profile import profile_body
 from homeserver.sessions import Sessions
 
 if TYPE_CHECKING:
@@ -53,9 +56,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# Synapse's bounds on profile fields (synapse.handlers.profile): longer ones are refused.
-MAX_DISPLAY_NAME = 256
-MAX_AVATAR_URL = 1000
 RETRY_AFTER = 5  # seconds, in the 503 of a login Synapse did not take
 PROBE_LOCALPART = "homeserver-delegation-probe"
 
@@ -67,35 +67,6 @@ def synapse_unavailable() -> MatrixError:
         "The homeserver (Synapse) cannot be reached right now, try again later",
         headers={"Retry-After": str(RETRY_AFTER)},
     )
-
-
-def profile_for_synapse(user: User) -> tuple[str | None, str | None, list[str]]:
-    """Display name (the profile rule: display name then ident), avatar URL and e-mail
-    addresses as Synapse is given them; a value Synapse would refuse is left out."""
-    body = profile_body(user)
-    display = body["displayname"][:MAX_DISPLAY_NAME] or None
-    avatar = body.get("avatar_url")
-    if avatar is not None and len(avatar) > MAX_AVATAR_URL:
-        avatar = None
-    email = canonical_email(user.email) if user.email else None
-    return display, avatar, [email] if email else []
-
-
-def profile_digest(user: User) -> str:
-    """The digest of what `provision_user` tells Synapse of the user: the profile and the lock."""
-    told = [*profile_for_synapse(user), user.locked]
-    return hashlib.sha256(json.dumps(told).encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def profile_matches(found: dict[str, object], user: User) -> bool:
-    """Whether Synapse's profile of the user (`query_user`) is the one the store gives.
-
-    Synapse keeps a display name stripped of outer white space, and none for "".
-    """
-    display, avatar, _ = profile_for_synapse(user)
-    theirs_display = found.get("display_name") or None
-    theirs_avatar = found.get("avatar_url") or None
-    return theirs_display == ((display or "").strip() or None) and theirs_avatar == (avatar or None)
 
 
 class Delegation:
@@ -124,7 +95,7 @@ class Delegation:
         )
         self.admins = settings.admins
         self._secret = ("Bearer " + settings.secret).encode("utf-8")
-        self._locks = KeyedLocks()
+        self.locks = KeyedLocks()
         self._server_name_checked = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._refusals: dict[str, str] = {}  # the last refusal said per user, by the resync
@@ -146,14 +117,14 @@ class Delegation:
         If the session cannot be opened after all, the user is marked for a resync, so a
         device Synapse got for nothing is taken back.
         """
-        async with self._locks.hold(user.name):
+        async with self.locks.hold(user.name):
             try:
                 await self._provision_unless_same(user)
                 try:
                     await self.client.upsert_device(user.name, device_id, display_name)
                 except SynapseNotFound:
                     # Synapse lost the user (its database was reset): provision again.
-                    await self._provision(user)
+                    await self._provision(user, profile_digest(user))
                     await self.client.upsert_device(user.name, device_id, display_name)
                 if not self._server_name_checked:
                     # Once per process, on the first login: Synapse's user ID shows its server_name.
@@ -178,13 +149,14 @@ class Delegation:
                 raise
 
     async def _provision_unless_same(self, user: User) -> str:
-        """Provision the user unless Synapse has them as the store does: "created", "updated"
-        or "unchanged". What was last told is remembered (its digest, in the session store);
-        when that is still the store's, Synapse's own profile is read (`query_user`, one
-        cheap read), so a name an admin set there is put back by the next login. Raises
-        SynapseError."""
+        """Provision the user unless Synapse has them as the store does: "created", "updated",
+        "reactivated" or "unchanged". What was last told is remembered (its digest, in the
+        session store); when that is still the store's, Synapse's own profile is read
+        (`query_user`, one cheap read), so a name an admin set there is put back by the next
+        login. Raises SynapseError."""
         digest = profile_digest(user)
-        if await self.state.provisioned(user.name) == digest:
+        told = await self.state.provisioned(user.name)
+        if told == digest:
             try:
                 found = await self.client.query_user(user.name)
             except SynapseNotFound:  # Synapse lost the user (its database was reset)
@@ -194,39 +166,73 @@ class Delegation:
                 if profile_matches(found, user):
                     return "unchanged"
                 logger.info("delegation: %r has another profile at Synapse than in the user store: put back", user.name)
+            told = None
+        return await self.provision(user, told, digest)
+
+    async def provision(self, user: User, told: str | None, digest: str | None = None) -> str:
+        """Tell Synapse the user as the store has them, `told` being the digest it was last
+        told, and keep the new digest: "created", "updated" or "reactivated".
+
+        A user the directory sweep deactivated (they had left the user store) is reactivated
+        first: under delegation Synapse would take their tokens all the same. A change of
+        the lock alone sends only the lock: the profile (and the rooms' member events) stay
+        untouched at Synapse. Raises SynapseError (StoreUnavailable for the digest)."""
+        digest = digest or profile_digest(user)
+        if told == DEACTIVATED:
+            await self.reactivate(user.name)
+            await self._provision(user, digest)
+            return "reactivated"
+        if only_the_lock_changed(told, user):
+            await self.client.set_locked(user.name, user.locked)
+            await self.state.set_provisioned(user.name, digest)
+            logger.info("delegation: %s %r at Synapse", "locked" if user.locked else "unlocked", user.name)
+            return "updated"
         return "created" if await self._provision(user, digest) else "updated"
 
     async def provision_if_changed(self, user: User) -> None:
         """Tell Synapse the user's profile and lock when they changed since it was last told
-        (the sweep, a users-file reload); a failure is logged and left to the next time.
+        (a users-file reload, the session sweep); a failure is logged and left to the next time.
 
         Not under the user's lock: an end of sessions must not wait for it (provisioning twice
-        is harmless). A change of the lock alone sends only the lock: the profile (and the
-        rooms' member events) stay untouched at Synapse."""
+        is harmless)."""
         try:
             told = await self.state.provisioned(user.name)
-            digest = profile_digest(user)
-            # Never told (never logged in since delegation): their first login provisions.
-            if told is None or told == digest:
-                return
-            if told == profile_digest(dataclasses.replace(user, locked=not user.locked)):
-                await self.client.set_locked(user.name, user.locked)
-                await self.state.set_provisioned(user.name, digest)
-                logger.info("delegation: %s %r at Synapse", "locked" if user.locked else "unlocked", user.name)
-            else:
-                await self._provision(user, digest)
+            # Never told (never logged in, no directory sweep): their first login provisions.
+            if told is not None and told != profile_digest(user):
+                await self.provision(user, told)
         except (SynapseError, StoreUnavailable) as exc:
             logger.warning("delegation: %r not updated at Synapse yet: %s", user.name, exc)
 
-    async def _provision(self, user: User, digest: str | None = None) -> bool:
+    async def _provision(self, user: User, digest: str) -> bool:
         display, avatar, emails = profile_for_synapse(user)
         created = await self.client.provision_user(
             user.name, display_name=display, avatar_url=avatar, emails=emails, locked=user.locked
         )
-        await self.state.set_provisioned(user.name, digest or profile_digest(user))
+        await self.state.set_provisioned(user.name, digest)
         logger.info("delegation: %s %r at Synapse%s", "created" if created else "updated", user.name,
                     " (locked)" if user.locked else "")
         return created
+
+    async def reactivate(self, name: str) -> None:
+        """Reactivate at Synapse a user the directory sweep deactivated: they are back in the
+        user store (an audit line). Raises SynapseError."""
+        try:
+            await self.client.reactivate_user(name)
+        except SynapseNotFound:
+            pass  # Synapse lost them (its database was reset): the provisioning after creates them
+        audit.audit(audit.REACTIVATE, user=name, reason="back in the user store")
+        logger.info("delegation: reactivated %r at Synapse: back in the user store", name)
+
+    async def deactivate(self, name: str, reason: str) -> None:
+        """Deactivate the user at Synapse (`erase: false`) and remember it, so whoever
+        provisions them next reactivates them first (an audit line). Raises SynapseError."""
+        try:
+            await self.client.deactivate_user(name)
+        except SynapseNotFound:
+            pass  # never there, or Synapse lost them: nothing to deactivate
+        await self.state.set_provisioned(name, DEACTIVATED)
+        audit.audit(audit.DEACTIVATE, user=name, reason=reason)
+        logger.info("delegation: deactivated %r at Synapse: %s", name, reason)
 
     async def check_server_name(self, localpart: str) -> None:
         """Say in one line when Synapse's server_name is not ours (user IDs would differ)."""
@@ -255,7 +261,7 @@ class Delegation:
         """After sessions of the user ended here (every way they end): Synapse told the
         user's devices as they are here; True when it has them, else the user is marked for
         the resync."""
-        async with self._locks.hold(user):
+        async with self.locks.hold(user):
             try:
                 await self._sync(user)
                 return True
@@ -310,7 +316,7 @@ class Delegation:
         done = 0
         pending = await self.state.resyncs()
         for user, mark in sorted(pending.items()):
-            async with self._locks.hold(user):
+            async with self.locks.hold(user):
                 try:
                     await self._sync(user)
                 except SynapseNotFound:
@@ -335,7 +341,7 @@ class Delegation:
         store does (when still in the user store), then Synapse's devices made those of the
         sessions here. What was done ("created", "updated", "unchanged", "not in the user
         store") and the devices. Raises SynapseError."""
-        async with self._locks.hold(name):
+        async with self.locks.hold(name):
             pending = (await self.state.resyncs()).get(name)
             done = "not in the user store"
             if user is not None:

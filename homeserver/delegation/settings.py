@@ -20,6 +20,8 @@ class DelegationSettings:
     admins: frozenset[str]
     timeout: float
     retry_interval: float
+    sync_interval: float = 0.0  # seconds between sweeps of the user store; 0: none
+    deactivate_after: float = 86400.0  # seconds missing from the store before a deactivation
 
 
 def load_delegation_settings(config: Config) -> DelegationSettings | None:
@@ -46,4 +48,6 @@ def load_delegation_settings(config: Config) -> DelegationSettings | None:
         admins=frozenset(section["admins"]),
         timeout=section["timeout"],
         retry_interval=section["retry_interval"],
+        sync_interval=section["sync_interval"],
+        deactivate_after=section["deactivate_after"],
     )

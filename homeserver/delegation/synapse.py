@@ -159,6 +159,17 @@ class SynapseClient:
         """Let the user replace their cross-signing master key without UIA for 10 minutes."""
         await self._call("POST", "allow_cross_signing_reset", {"localpart": localpart})
 
+    async def deactivate_user(self, localpart: str) -> None:
+        """Synapse's deactivation (`delete_user`, `erase: false`): the user leaves every room,
+        loses their devices, tokens, e-mail addresses and push rules, and drops out of the user
+        directory; the profile and the messages stay. Raises SynapseNotFound for a user it lacks."""
+        await self._call("POST", "delete_user", {"localpart": localpart, "erase": False})
+
+    async def reactivate_user(self, localpart: str) -> None:
+        """Undo a deactivation (`reactivate_user`): active and in the user directory again; the
+        rooms left are not rejoined. Raises SynapseNotFound for a user it lacks."""
+        await self._call("POST", "reactivate_user", {"localpart": localpart})
+
     async def query_user(self, localpart: str) -> dict[str, Any]:
         """The user as Synapse has it: user_id, display_name, avatar_url, is_suspended, is_deactivated."""
         _, body = await self._call("GET", "query_user?" + urllib.parse.urlencode({"localpart": localpart}))

@@ -140,9 +140,17 @@ class MasHandler(tornado.web.RequestHandler):
                     "display_name": user.get("displayname"),
                     "avatar_url": user.get("avatar_url"),
                     "is_suspended": False,
-                    "is_deactivated": False,
+                    "is_deactivated": bool(user.get("deactivated")),
                 },
             )
+        if call == "delete_user":  # Synapse's deactivation: devices and addresses go, the profile stays
+            user["deactivated"] = True
+            user.pop("emails", None)
+            devices.clear()
+            return self._answer(200)
+        if call == "reactivate_user":
+            user["deactivated"] = False
+            return self._answer(200)
         if call == "upsert_device":
             created = body["device_id"] not in devices
             if created or body.get("display_name") is not None:

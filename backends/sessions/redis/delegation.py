@@ -97,14 +97,6 @@ class RedisDelegationState(RedisPart, DelegationState):
             found = await self.connection.connect().hgetall(f"{self.prefix}delegation:provisioned")
         return {text(user): text(digest) for user, digest in found.items()}
 
-    async def set_provisioned_many(self, digests: dict[str, str]) -> None:
-        items = list(digests.items())
-        with self.connection.errors():
-            for start in range(0, len(items), CHUNK):
-                await self.connection.connect().hset(
-                    f"{self.prefix}delegation:provisioned", mapping=dict(items[start:start + CHUNK])
-                )
-
     async def missing(self) -> dict[str, int]:
         with self.connection.errors():
             found = await self.connection.connect().hgetall(f"{self.prefix}delegation:missing")

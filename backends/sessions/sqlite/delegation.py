@@ -26,7 +26,14 @@ class SqliteDelegationState(SqlitePart, DelegationState):
         return row[0] if row else None
 
     async def set_provisioned(self, user: str, digest: str) -> None:
-        await self.set_provisioned_many({user: digest})
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO delegation_users (user, digest) VALUES (?, ?) "
+                "ON CONFLICT (user) DO UPDATE SET digest = excluded.digest",
+                (user, digest),
+            )
+
+        await self.db.write(self.db.transaction(work))
 
     async def mark_resync(self, user: str, mark: int) -> None:
         def work(conn: sqlite3.Connection) -> None:
@@ -58,19 +65,6 @@ class SqliteDelegationState(SqlitePart, DelegationState):
             lambda: self.db.conn().execute("SELECT user, digest FROM delegation_users").fetchall()
         )
         return dict(rows)
-
-    async def set_provisioned_many(self, digests: dict[str, str]) -> None:
-        if not digests:
-            return
-
-        def work(conn: sqlite3.Connection) -> None:
-            conn.executemany(
-                "INSERT INTO delegation_users (user, digest) VALUES (?, ?) "
-                "ON CONFLICT (user) DO UPDATE SET digest = excluded.digest",
-                list(digests.items()),
-            )
-
-        await self.db.write(self.db.transaction(work))
 
     async def missing(self) -> dict[str, int]:
         rows = await self.db.write(
