@@ -33,6 +33,11 @@ def scope_of(device_id: str, admin: bool) -> str:
 async def introspect(auth: Auth, token: str, admins: frozenset[str]) -> dict[str, Any]:
     """`{"active": false}` for any token that is not good; the active answer otherwise.
 
+    A Synapse admin is a user `admins` names (`[delegation] admins`) or the user store marks
+    (`User.admin`: a record's `admin`, an LDAP entry matching `admin_filter`), as the store
+    says now: the auth step reads the user at every introspection, so a flag taken away is
+    gone from the next answer (Synapse keeps each answer two minutes).
+
     A store that cannot answer raises (StoreUnavailable: a 503, which Synapse passes on as
     503), never `active: false`, which would end a good session at Synapse.
     """
@@ -49,7 +54,7 @@ async def introspect(auth: Auth, token: str, admins: frozenset[str]) -> dict[str
         "sub": name,
         "device_id": requester.device_id,
         "token_type": "access_token",
-        "scope": scope_of(requester.device_id, name in admins),
+        "scope": scope_of(requester.device_id, name in admins or requester.user.admin),
     }
     expires_ts = requester.session.expires_ts
     if expires_ts is not None:
