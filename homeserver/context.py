@@ -27,6 +27,8 @@ from homeserver.auth import Auth
 from homeserver.config import Config
 from homeserver.credentials import Credentials
 from homeserver.delegation import Delegation, load_delegation_settings
+from homeserver.delegation.sweep import DeactivatedAtSynapse, DirectorySweep
+from homeserver.delegation.sweeper import Sweeper
 from homeserver.devices import Devices
 from homeserver.documents import Documents
 from homeserver.inflight import InFlight
@@ -70,6 +72,9 @@ class HomeServer:
     sessions: Sessions
     # The Synapse this server is the authentication service of; None when `[delegation]` is off.
     delegation: Delegation | None
+    # The directory sweep (Synapse follows the user store) every `[delegation] sync_interval`
+    # seconds; None when delegation or its sweeps are off (then `devices` sweeps sessions alone).
+    sweeper: Sweeper | None
     # The account page's sign-ins, kept beside the sessions (backends.sessions.browser).
     browser_sessions: BrowserSessions
     devices: Devices
@@ -85,6 +90,13 @@ class HomeServer:
         store says changed end at once. (The serving process adds the sweep and Synapse's
         retries, homeserver.process.server.)"""
         self._background(self.devices.follow_changes(self.users))
+
+    def sweep_forever(self, session_sweep_interval: float) -> Coroutine[Any, Any, None]:
+        """The one sweep of the serving process: the directory sweep, which ends the sessions
+        of users gone from the store too, or without it the session sweep alone."""
+        if self.sweeper is not None:
+            return self.sweeper.run_forever()
+        return self.devices.sweep_forever(self.users, session_sweep_interval)
 
     def _background(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(work)
@@ -140,6 +152,8 @@ def build_homeserver(
     delegation = build_delegation(config, sessions, metrics)
     browser_sessions = session_store.browser_sessions()
     devices = Devices(sessions, uia, delegation, credentials, browser_sessions=browser_sessions, grants=grants)
+    # Issue 35 gives the users an admin deactivated at Synapse (the migration's list) here.
+    sweeper = build_sweeper(delegation, users, devices, metrics, deactivated_at_synapse=None)
 
     # The services the handlers call.
     auth = Auth(tokens, sessions, users, server_name, credentials, end_stale=devices.end_stale)
@@ -173,6 +187,7 @@ def build_homeserver(
         uia=uia,
         sessions=sessions,
         delegation=delegation,
+        sweeper=sweeper,
         browser_sessions=browser_sessions,
         devices=devices,
         auth=auth,
@@ -275,3 +290,23 @@ def build_delegation(config: Config, sessions: Sessions, metrics: Metrics | None
         settings, sessions, config.get("server", "server_name"), metrics=metrics,
         state=sessions.store.delegation(),
     )
+
+
+def build_sweeper(
+    delegation: Delegation | None,
+    users: Users,
+    devices: Devices,
+    metrics: Metrics | None = None,
+    *,
+    deactivated_at_synapse: DeactivatedAtSynapse | None = None,
+    on_demand: bool = False,
+) -> Sweeper | None:
+    """The directory sweep and when it runs (`[delegation] sync_interval`, `deactivate_after`);
+    None when delegation is off, or when its sweeps are (0) unless `on_demand` (a command)."""
+    if delegation is None or (delegation.settings.sync_interval <= 0 and not on_demand):
+        return None
+    sweep = DirectorySweep(
+        delegation, users, devices, deactivate_after=delegation.settings.deactivate_after,
+        deactivated_at_synapse=deactivated_at_synapse, metrics=metrics,
+    )
+    return Sweeper(sweep, delegation.state, delegation.settings.sync_interval, metrics=metrics)

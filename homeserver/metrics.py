@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
 
+if TYPE_CHECKING:
+    from homeserver.delegation.sweep_report import SweepReport
+
 logger = logging.getLogger(__name__)
+
+# The directory sweep's counts, by the metric's `action` label.
+SWEEP_ACTIONS = ("provisioned", "deactivated", "reactivated", "unchanged", "sessions_ended", "failed")
 
 # Latency buckets from 1 ms (static documents) to 5 s (bcrypt under load, slow stores).
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -88,6 +94,33 @@ class Metrics:
             "Users whose sign-outs Synapse has not heard of yet (it was away), as this process last saw.",
             registry=self.registry,
         )
+        self.sweeps = Counter(
+            "homeserver_directory_sweeps",
+            "Sweeps of the whole user store (delegation) this process ran, by outcome: done, guarded (the guard "
+            "deactivated no one), failed (stopped by an error).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.sweep_users = Counter(
+            "homeserver_directory_sweep_users",
+            "Users the directory sweeps acted on, by action: provisioned, deactivated, reactivated, unchanged, "
+            "sessions_ended, failed.",
+            ["action"],
+            registry=self.registry,
+        )
+        self.sweep_seconds = Gauge(
+            "homeserver_directory_sweep_seconds",
+            "How long the last directory sweep this process ran took.",
+            registry=self.registry,
+        )
+        self.sweep_guard = Gauge(
+            "homeserver_directory_sweep_guard",
+            "1 when the last directory sweep this process ran deactivated no one because of the guard, by "
+            "reason: incomplete (the user store could not be read whole), shrunk (fewer than half of the users "
+            "of the previous sweep); 0 otherwise.",
+            ["reason"],
+            registry=self.registry,
+        )
         # Label children are looked up once per key: labels() costs more than inc().
         self._request_children: dict[tuple[type, str, int], tuple[Any, Any]] = {}
         self._backend_children: dict[tuple[str, str], tuple[Any, Any]] = {}
@@ -136,6 +169,18 @@ class Metrics:
 
     def observe_resyncs_pending(self, count: int) -> None:
         self.resyncs_pending.set(count)
+
+    def observe_sweep(self, report: SweepReport) -> None:
+        """One directory sweep that ran to its end (homeserver.delegation.sweep)."""
+        self.sweeps.labels("guarded" if report.guard else "done").inc()
+        for action in SWEEP_ACTIONS:
+            self.sweep_users.labels(action).inc(getattr(report, action))
+        self.sweep_seconds.set(report.seconds)
+        for reason in ("incomplete", "shrunk"):
+            self.sweep_guard.labels(reason).set(1 if report.guard == reason else 0)
+
+    def observe_sweep_failed(self) -> None:
+        self.sweeps.labels("failed").inc()
 
     def render(self, accept: str | None) -> tuple[bytes, str]:
         """Return the exposition body and its content type, honouring OpenMetrics in Accept."""

@@ -56,6 +56,11 @@ class Users:
             return None
         return await self._call("get_user", self.backend.get_user(name, case_insensitive=case_insensitive))
 
+    async def list_all(self) -> list[User]:
+        """Every user of the store, read without holding the loop (the directory sweep);
+        StoreIncomplete when the store could not be read whole (UserBackend.list_users)."""
+        return await self._call("list_users", self.backend.list_users())
+
     async def by_email(self, address: str) -> list[User]:
         """Every user holding the address (matched without regard to case); [] for text no
         address can be, without asking the store."""

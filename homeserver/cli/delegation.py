@@ -1,4 +1,5 @@
-"""`run.py delegation sync`: make Synapse agree with this server's sessions (recovery, first set-up)."""
+"""`run.py delegation sync`: make Synapse agree with this server's sessions (recovery, first set-up);
+`delegation sync --all`: one sweep of the whole user store now (homeserver.delegation.sweep)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,16 @@ import logging
 import sys
 from collections.abc import Callable
 
-from homeserver.cli.common import Command
-from homeserver.cli.stores import stores
+from homeserver import audit
+from homeserver.cli.common import Command, CommandError
+from homeserver.cli.stores import server_credentials, stores
 from homeserver.config import Config, load_config
-from homeserver.context import build_delegation, build_sessions
+from homeserver.context import build_delegation, build_sessions, build_sweeper
 from homeserver.delegation import SynapseError, load_delegation_settings
+from homeserver.delegation.sweeper import SweepBusy
+from homeserver.devices import Devices
 from homeserver.errors import ConfigError
+from homeserver.logs import setup_cli_logging
 from homeserver.names import user_id
 from homeserver.users import Users
 
@@ -41,6 +46,32 @@ async def sync_all(config: Config, out: Callable[[str], None]) -> None:
             await delegation.close()
 
 
+async def sweep_all(
+    config: Config, out: Callable[[str], None], *, dry_run: bool = False, allow_deactivations: bool = False
+) -> str | None:
+    """One sweep of the whole user store now, one line per user acted on and the summary
+    (and the guard's line); what kept Synapse from taking it all, or None."""
+    if load_delegation_settings(config) is None:
+        raise ConfigError("delegation.enabled: delegation is off in this config; nothing to sync")
+    async with stores(config) as (backend, store):
+        sessions = build_sessions(config, store)
+        delegation = build_delegation(config, sessions)
+        try:
+            devices = Devices(sessions, delegation=delegation, credentials=server_credentials(config),
+                              browser_sessions=store.browser_sessions())
+            sweeper = build_sweeper(delegation, Users(backend), devices, on_demand=True)
+            assert sweeper is not None  # delegation is on: said above
+            report = await sweeper.sweep_now(dry_run=dry_run, allow_deactivations=allow_deactivations, out=out)
+        finally:
+            if delegation is not None:
+                await delegation.close()
+    out(report.summary())
+    guard = report.guard_line()
+    if guard is not None:
+        out(guard.replace("directory sweep: ", "", 1))
+    return report.synapse_problem
+
+
 def sync_summary(users: int, counts: dict[str, int]) -> str:
     """The last line of `delegation sync`: what it covered and what changed."""
     if not users:
@@ -55,13 +86,28 @@ def sync_summary(users: int, counts: dict[str, int]) -> str:
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
+    if not args.all and (args.dry_run or args.allow_deactivations):
+        raise CommandError("--dry-run and --allow-deactivations go with --all (a sweep of the whole user store)")
     config = load_config(args.config)
+    if args.all:
+        # Deactivations' and reactivations' audit lines go to the log, not the terminal (homeserver.logs).
+        setup_cli_logging(config.get("logging", "level"), config.get("logging", "format"))
+        audit.client_address.set("cli")
     # A failure is said once, below, as the command's one error line.
     logging.getLogger("homeserver.delegation").setLevel(logging.CRITICAL)
+    out = lambda line: print(line, flush=True)  # noqa: E731
     try:
-        asyncio.run(sync_all(config, lambda line: print(line, flush=True)))
+        if not args.all:
+            asyncio.run(sync_all(config, out))
+            return 0
+        problem = asyncio.run(sweep_all(config, out, dry_run=args.dry_run,
+                                        allow_deactivations=args.allow_deactivations))
     except SynapseError as exc:
-        print(f"homeserver: error: Synapse did not take it: {exc}", file=sys.stderr)
+        problem = str(exc)
+    except SweepBusy as exc:
+        raise CommandError(str(exc)) from None
+    if problem is not None:
+        print(f"homeserver: error: Synapse did not take it: {problem}", file=sys.stderr)
         return 1
     return 0
 
@@ -72,7 +118,15 @@ def add_commands(command: Command) -> None:
     sub = parser.add_subparsers(title="actions", metavar="{sync}", required=True)
     sync = sub.add_parser(
         "sync",
-        help="provision every user who has a session at Synapse and make Synapse's devices match the sessions here",
+        help="provision every user who has a session at Synapse and make Synapse's devices match the sessions here; "
+             "with --all, sweep the whole user store now",
     )
     sync.add_argument("--config", default=argparse.SUPPRESS, help="TOML config file")
+    sync.add_argument("--all", action="store_true",
+                      help="one sweep of the whole user store: every user provisioned at Synapse, leavers signed "
+                           "out and deactivated there after delegation.deactivate_after, returners reactivated")
+    sync.add_argument("--dry-run", action="store_true", help="with --all: say what it would do, change nothing")
+    sync.add_argument("--allow-deactivations", action="store_true",
+                      help="with --all: deactivate even though the store shrank to under half of what the "
+                           "previous sweep found (the guard)")
     sync.set_defaults(func=cmd_sync)

@@ -181,9 +181,8 @@ async def serve(
 async def serve_until_stopped(hs: HomeServer, listeners: Listeners, signals: LoopSignals, worker: int | None) -> None:
     config = hs.config
     await hs.start()
-    sweeper = asyncio.ensure_future(
-        hs.devices.sweep_forever(hs.users, config.get("sessions", "sweep_interval"))
-    )
+    # One sweep: the directory sweep with delegation (it ends leavers' sessions too), else the sessions'.
+    sweeper = asyncio.ensure_future(hs.sweep_forever(config.get("sessions", "sweep_interval")))
     if hs.delegation is not None:
         # Synapse may start after us: a warning and retries, never a crash.
         hs.delegation.start()

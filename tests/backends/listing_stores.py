@@ -54,17 +54,23 @@ def crypt(password: str) -> str:
     return "{CRYPT}" + bytes.fromhex(hex_hash(password)).decode()
 
 
+def ldap_people() -> dict[str, dict[str, str]]:
+    """The directory's entries of RECORDS' users, by uid: their attributes (cn and sn are the uid)."""
+    return {
+        "alice": dict(displayName="Alice", labeledURI="mxc://localhost/alice", mail="alice@example.org",
+                      employeeNumber="alice-id", userPassword=crypt("secret")),
+        "bob": dict(employeeType="locked", employeeNumber="bob-id", userPassword=crypt("secret")),
+        "carol": dict(displayName="Carol", mail="Carol@Example.org", employeeNumber="carol-id",
+                      userPassword=crypt("secret")),
+        "dave": dict(employeeNumber="dave-id", userPassword=crypt("secret")),
+    }
+
+
 def directory_ldif(extra: tuple[str, ...] = ()) -> str:
     return "\n".join([
         base_ldif(),
         f"dn: {GROUPS}\nobjectClass: organizationalUnit\nou: groups\n",
-        person("alice", displayName="Alice", labeledURI="mxc://localhost/alice", mail="alice@example.org",
-               employeeNumber="alice-id", userPassword=crypt("secret")),
-        person("bob", employeeType="locked", employeeNumber="bob-id",
-               userPassword=crypt("secret")),
-        person("carol", displayName="Carol", mail="Carol@Example.org", employeeNumber="carol-id",
-               userPassword=crypt("secret")),
-        person("dave", employeeNumber="dave-id", userPassword=crypt("secret")),
+        *(person(uid, **attributes) for uid, attributes in ldap_people().items()),
         *extra,
     ])
 
@@ -89,6 +95,7 @@ class ListedStore:
     kind: str
     overrides: dict[str, dict[str, Any]]
     remove: Callable[[str], None]  # take a user out of the store
+    restore: Callable[[str], None]  # put a user of RECORDS back as it was (in LDAP: no group)
     break_record: Callable[[str], None]  # make a user's record malformed
     stop: Callable[[], None]  # make the store unreachable
     close: list[Callable[[], None]] = field(default_factory=list)
@@ -109,12 +116,15 @@ def file_store(tmp_path: Any) -> ListedStore:
     def remove(name: str) -> None:
         edit(lambda users: users.remove(next(u for u in users if u["name"] == name)))
 
+    def restore(name: str) -> None:
+        edit(lambda users: users.append(next(dict(r) for r in RECORDS if r["name"] == name)))
+
     def break_record(name: str) -> None:
         edit(lambda users: next(u for u in users if u["name"] == name).pop("ident"))
 
     # reload_interval 0: no poller, so the listing alone must see the file change.
     overrides = {"backend": {"type": "file"}, "backend.file": {"path": str(path), "reload_interval": 0}}
-    return ListedStore("file", overrides, remove, break_record, lambda: os.remove(path))
+    return ListedStore("file", overrides, remove, restore, break_record, lambda: os.remove(path))
 
 
 def redis_store(tmp_path: Any, start: Callable[[str], RedisProcess]) -> ListedStore:
@@ -124,6 +134,7 @@ def redis_store(tmp_path: Any, start: Callable[[str], RedisProcess]) -> ListedSt
         store.put_record(redis_fields(rec))
     listed = ListedStore(
         "redis", redis_overrides(store), lambda name: store.client.delete(store.prefix + name),
+        lambda name: store.put_record(redis_fields(next(r for r in RECORDS if r["name"] == name))),
         lambda name: store.client.hdel(store.prefix + name, "ident"), server.stop,
     )
     listed.close += [store.client.close, server.stop]
@@ -148,6 +159,8 @@ def ldap_store() -> Iterator[ListedStore]:
         }
         listed = ListedStore(
             "ldap", overrides, lambda name: admin.delete(f"uid={name},{PEOPLE}"),
+            lambda name: admin.add(f"uid={name},{PEOPLE}", ["inetOrgPerson"],
+                                   {"uid": name, "cn": name, "sn": name, **ldap_people()[name]}),
             lambda name: admin.modify(f"uid={name},{PEOPLE}", {"employeeNumber": [(ldap3.MODIFY_DELETE, [])]}),
             server.stop,
         )

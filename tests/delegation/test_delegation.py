@@ -567,12 +567,13 @@ async def test_start_up_with_synapse_not_there_yet_warns_and_retries(hs, synapse
 # -- the command line -------------------------------------------------------------------------------
 
 
-async def run_py(tmp_path, synapse, users_path, *args: str) -> tuple[int, str, str]:
-    """`run.py` on the tests' session store (tmp_path), without blocking the loop the fake Synapse runs on."""
+async def run_py(tmp_path, synapse, users_path, *args: str, extra: str = "") -> tuple[int, str, str]:
+    """`run.py` on the tests' session store (tmp_path), without blocking the loop the fake Synapse
+    runs on; `extra`: more `[delegation]` keys."""
     config = tmp_path / "homeserver.toml"
     config.write_text(
         f'[auth]\njwt_secret = "{JWT_SECRET}"\n[backend.file]\npath = "{users_path}"\n'
-        f'[delegation]\nenabled = true\nsynapse_url = "{synapse.url}"\nsecret = "{SECRET}"\ntimeout = 1.0\n'
+        f'[delegation]\nenabled = true\nsynapse_url = "{synapse.url}"\nsecret = "{SECRET}"\ntimeout = 1.0\n{extra}'
     )
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "run.py", "--config", str(config), *args,

@@ -177,8 +177,8 @@ def test_a_user_removed_from_the_user_store_is_signed_out_at_synapse(synapse_sta
     leaving, watcher = stack.login("zoe"), stack.login("yolanda")
     assert stack.whoami(leaving["access_token"])[0] == 200  # cached at Synapse now
     stack.homeserver.remove_users("zoe")
-    # The sweep (every 0.5 s here; the second that misses the user ends the sessions)
-    # deletes the device at Synapse, so the cached answer no longer counts.
+    # The directory sweep (every 0.5 s here; the first that misses the user ends the
+    # sessions) deletes the device at Synapse, so the cached answer no longer counts.
     wait_for(lambda: stack.synapse_devices("zoe") == [], what="zoe's device deleted at Synapse")
     assert_unknown_token(stack, leaving["access_token"])
     assert stack.our_devices("zoe") == []

@@ -172,6 +172,7 @@ class Synapse:
         mas_endpoint: str | None = None,
         mas_secret: str | None = None,
         log_level: str | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -182,6 +183,7 @@ class Synapse:
         self.mas_endpoint = mas_endpoint
         self.mas_secret = mas_secret
         self.log_level = log_level  # None: Synapse's default (INFO, every request logged)
+        self.extra = extra or {}  # more config keys (user_directory, say), over the defaults
         self.registration_secret = secrets.token_urlsafe(32)
         self.config_path = self.folder / "homeserver.yaml"
         self.log_path = self.folder / "synapse.log"
@@ -218,6 +220,10 @@ class Synapse:
             "suppress_key_server_warning": True,
             "federation_domain_whitelist": [self.server_name],
             "presence": {"enabled": False},
+            # Background updates at once, not spread out: on a fresh SQLite database
+            # `reactivate_user` answers 500 until `profiles_full_user_id_key_idx` has run
+            # (../shared/notes/next.md).
+            "background_updates": {"sleep_enabled": False},
             **RATE_LIMITS,
         }
         if self.log_level:
@@ -233,6 +239,7 @@ class Synapse:
             config["enable_set_displayname"] = False
             config["enable_set_avatar_url"] = False
             config["allow_per_room_profiles"] = False
+        config.update(self.extra)
         return config
 
     def _write_config(self) -> None:
