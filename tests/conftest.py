@@ -31,7 +31,7 @@ TIER_FIXTURES = {
     "redis": {"redis_server", "redis_url", "redis_users", "redis_cluster", "sentinel_setup"},
     "ldap": {"slapd"},  # and any fixture named *_slapd (a test's private directory)
     "synapse": {"synapse_stack", "synapse_schema_sqlite", "synapse_schema_postgres", "synapse_db",
-                "synapse_before", "synapse_auth_code"},
+                "synapse_before", "synapse_auth_code", "lifecycle_synapse"},
     "postgres": {"postgres_cluster"},
     "browser": {"driver", "axe_source"},
     "node": {"js_sdk", "js_chat", "js_upload", "axe_source"},
