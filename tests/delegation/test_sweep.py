@@ -7,12 +7,15 @@ test_synapse_lifecycle.py."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
 
 from backends.sessions.delegation import DEACTIVATED
 from homeserver.delegation.provisioning import profile_digest
+from homeserver.delegation.sweep import BATCH
+from homeserver.delegation.sweeper import SweepLost
 from tests.delegation.test_delegation import edit_users
 from tests.support.helpers import DEFAULT_USERS, assert_error, record
 
@@ -224,3 +227,45 @@ async def test_a_sweep_is_counted(make_config, synapse, backend, session_store, 
     assert 'homeserver_directory_sweep_users_total{action="provisioned"} 6.0' in text
     assert 'homeserver_directory_sweep_guard{reason="shrunk"} 1.0' in text
     assert 'homeserver_directory_sweep_guard{reason="incomplete"} 0.0' in text
+
+
+async def test_a_sweep_that_loses_its_lease_stops(hs, synapse):
+    synapse.mode = "hang"  # every call to Synapse waits (up to the client's 0.5 s)
+    sweeper = hs.sweeper
+    sweeper.lease_ttl = 0.3  # renewed every 0.1 s
+    task = asyncio.ensure_future(sweep(hs))
+    await asyncio.sleep(0.05)
+    state = hs.delegation.state
+    # Another process takes the lease (as if this one had stalled past its life).
+    await state.release_sweep(sweeper.holder)
+    assert await state.claim_sweep("another process", 60_000, None)
+    with pytest.raises(SweepLost, match="another process took its lease"):
+        await task
+    assert not await state.claim_sweep("a third", 60_000, None)  # the thief's lease stands
+
+
+@pytest.mark.parametrize("user_records", [[record(f"u{n:04d}", ident=f" [{n}]") for n in range(2000)]])
+async def test_a_sweep_lets_the_loop_serve_between_batches(hs, synapse, user_records, monkeypatch):
+    for user in user_records:  # Synapse has them all as they are: a sweep of unchanged users
+        await hs.delegation.state.set_provisioned(user["name"], profile_digest(await hs.users.get(user["name"])))
+    turns, seen = 0, []
+
+    async def other_work() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    def digest(user):  # the sweep's work on each user, noting how far the other work got
+        seen.append(turns)
+        return profile_digest(user)
+
+    monkeypatch.setattr("homeserver.delegation.sweep.profile_digest", digest)
+    other = asyncio.ensure_future(other_work())
+    try:
+        report = await hs.sweeper.sweep_now()
+    finally:
+        other.cancel()
+    assert report.unchanged == 2000 and synapse.calls == []
+    # The other work ran between the batches of users: the sweep never held the loop through them all.
+    assert len(seen) == 2000 and len(set(seen)) >= 2000 // BATCH, sorted(set(seen))
