@@ -53,9 +53,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# Calls to Synapse at once: Synapse writes a user in ~16 ms on one thread; a few at once
-# keep it busy without queueing behind it (bench/sweep.py).
-SYNAPSE_CONCURRENCY = 4
+# Calls to Synapse at once. Synapse writes a user in ~16-20 ms on its one thread: more at
+# once do not provision faster (bench/sweep.py: 1, 4 and 8 gave 44-55 users/s), they only
+# queue there in front of its clients' requests; two keep it busy across each round trip.
+SYNAPSE_CONCURRENCY = 2
 # Users looked at between two yields to the loop (digests, store reads).
 BATCH = 250
 
@@ -91,6 +92,7 @@ class DirectorySweep:
         deactivated_at_synapse: DeactivatedAtSynapse | None = None,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.time,
+        concurrency: int = SYNAPSE_CONCURRENCY,
     ) -> None:
         self.delegation = delegation
         self.state = delegation.state
@@ -100,7 +102,8 @@ class DirectorySweep:
         self.deactivated_at_synapse = deactivated_at_synapse
         self.metrics = metrics
         self.clock = clock
-        self._calls = asyncio.Semaphore(SYNAPSE_CONCURRENCY)
+        self.concurrency = concurrency
+        self._calls = asyncio.Semaphore(concurrency)
 
     async def run(
         self, *, dry_run: bool = False, allow_deactivations: bool = False, out: Callable[[str], None] | None = None
@@ -240,6 +243,8 @@ class DirectorySweep:
                 continue
             since = missing.get(name)
             if since is None:
+                if report.guard == INCOMPLETE:
+                    continue  # a listing not read whole says nothing of who is missing
                 since = newly[name] = now
             if now - since >= self.deactivate_after_ms and report.guard is None:
                 due.append((name, since))
@@ -247,7 +252,7 @@ class DirectorySweep:
                 report.waiting += 1
         if newly and not report.dry_run:
             await self.state.set_missing(newly)
-        for batch in batches(due, SYNAPSE_CONCURRENCY * 4):
+        for batch in batches(due, self.concurrency * 4):
             await asyncio.gather(*(self._deactivate_one(name, since, report) for name, since in batch))
 
     async def _deactivate_one(self, name: str, since: int, report: SweepReport) -> None:

@@ -269,3 +269,13 @@ async def test_a_sweep_lets_the_loop_serve_between_batches(hs, synapse, user_rec
     assert report.unchanged == 2000 and synapse.calls == []
     # The other work ran between the batches of users: the sweep never held the loop through them all.
     assert len(seen) == 2000 and len(set(seen)) >= 2000 // BATCH, sorted(set(seen))
+
+
+@pytest.mark.parametrize("sweep_section", [{"deactivate_after": 3600.0}])
+async def test_a_store_not_read_whole_starts_nobodys_wait(hs, synapse, users_path):
+    await sweep(hs)
+    with open(users_path, "w") as file:
+        file.write('{"users": [')
+    report = await hs.sweeper.sweep_now()
+    assert report.guard == "incomplete" and report.waiting == 0
+    assert await hs.delegation.state.missing() == {}
