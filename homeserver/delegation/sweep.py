@@ -53,9 +53,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# Calls to Synapse at once. Synapse writes a user in ~16-20 ms on its one thread: more at
-# once do not provision faster (bench/sweep.py: 1, 4 and 8 gave 44-55 users/s), they only
-# queue there in front of its clients' requests; two keep it busy across each round trip.
+# Calls to Synapse at once. Synapse writes a user in ~15-20 ms on its one thread: two keep it
+# busy across each round trip, more only queue there in front of its clients' requests
+# (bench/sweep.py, docs/performance.md: 1 at once 44 users/s, 2 71/s, 4 62/s).
 SYNAPSE_CONCURRENCY = 2
 # Users looked at between two yields to the loop (digests, store reads).
 BATCH = 250
