@@ -47,31 +47,35 @@ class SweepReport:
         self.seconds = time.perf_counter() - self.started
 
     def summary(self) -> str:
-        """The sweep's one summary line."""
-        would = "would have " if self.dry_run else ""
-        parts = [
-            f"{self.provisioned} provisioned ({self.created} new)" if not self.dry_run else
-            f"{self.provisioned} to provision ({self.created} new)",
-            f"{self.deactivated} deactivated" if not self.dry_run else f"{self.deactivated} to deactivate",
-            f"{self.reactivated} reactivated" if not self.dry_run else f"{self.reactivated} to reactivate",
-            f"{self.unchanged} unchanged",
-        ]
-        more = [f"{self.waiting} missing and waiting"] if self.waiting else []
+        """The sweep's one summary line: provisioned, deactivated, reactivated, unchanged, seconds."""
+        if self.dry_run:
+            head = "directory sweep (dry run)"
+            did = [f"{self.provisioned} to provision ({self.created} new)", f"{self.deactivated} to deactivate",
+                   f"{self.reactivated} to reactivate"]
+        else:
+            head = "directory sweep"
+            did = [f"{self.provisioned} provisioned ({self.created} new)", f"{self.deactivated} deactivated",
+                   f"{self.reactivated} reactivated"]
+        did.append(f"{self.unchanged} unchanged")
+        more = []
+        if self.waiting:
+            more.append(f"{self.waiting} missing and waiting")
         if self.sessions_ended:
-            more.append(f"{would}ended the sessions of {self.sessions_ended} no longer in the store")
+            ended = "would have ended" if self.dry_run else "ended"
+            more.append(f"{ended} the sessions of {self.sessions_ended} no longer in the store")
         if self.failed:
             more.append(f"{self.failed} failed (left to the next sweep)")
         if self.skipped:
             more.append(f"{self.skipped} deactivated at Synapse by an admin (left alone)")
-        prefix = "directory sweep (dry run)" if self.dry_run else "directory sweep"
-        return (f"{prefix}: {self.found} users in the user store: {', '.join(parts)}"
-                f"{'; ' + ', '.join(more) if more else ''}; {self.seconds:.1f} s")
+        tail = "".join(f"; {part}" for part in [", ".join(more)] if more)
+        return f"{head}: {self.found} users in the user store: {', '.join(did)}{tail}; {self.seconds:.1f} s"
 
     def guard_line(self) -> str | None:
         """The one warning line when the guard held deactivations back."""
         if self.guard is None:
             return None
-        return (f"directory sweep: deactivated no one at Synapse: {self.why}; if the store is right, confirm with "
-                "`run.py delegation sync --all --allow-deactivations`" if self.guard == SHRUNK else
-                f"directory sweep: deactivated no one at Synapse: {self.why}; the next sweep that reads the whole "
-                "store will")
+        if self.guard == SHRUNK:
+            advice = "if the store is right, confirm with `run.py delegation sync --all --allow-deactivations`"
+        else:
+            advice = "the next sweep that reads the whole store will"
+        return f"directory sweep: deactivated no one at Synapse: {self.why}; {advice}"
