@@ -75,7 +75,7 @@ def test_matrix_js_sdk_refreshes_as_the_doc_says():
     """The doc's account of matrix-js-sdk 43, read in the release the tests install: no
     `soft_logout` anywhere, a refresh on M_UNKNOWN_TOKEN within 60 s of expiry (0.5 s before
     a request), a 4xx refusal a logout, anything else TokenRefreshError."""
-    from tests.js_sdk import JS_SDK_MAJOR, install_js_sdk
+    from tests.support.js_sdk import JS_SDK_MAJOR, install_js_sdk
 
     _, cache = install_js_sdk()
     src = Path(cache) / "node_modules" / "matrix-js-sdk" / "src"
