@@ -96,12 +96,12 @@ class ClientRedirect:
     @property
     def host(self) -> str:
         """What the page names as the destination: the host (and port) of a web address, else
-        the address without its query and fragment (an application's own scheme)."""
+        the application's own scheme (`im.fluffychat`), which names it."""
         if self.web:
             host = (self.parts.hostname or "").lower()
             host = f"[{host}]" if ":" in host else host
             return f"{host}:{self.parts.port}" if self.parts.port is not None else host
-        return self.url.split("#", 1)[0].split("?", 1)[0]
+        return self.scheme
 
     def with_token(self, token: str) -> str:
         """The URL with `loginToken=<token>` added to its query (its own query and fragment

@@ -67,14 +67,14 @@ class SsoPageHandler(PageHandler):
             "sso.html",
             status,
             step=step,
-            where=redirect.host,
+            where=redirect.host if redirect.web else f"the application {redirect.host}",
             redirect_url=redirect.url,
             web=redirect.web,
             loopback=redirect.loopback,
             register=sso_action(self.get_query_argument(ACTION, None)) == "register",
             path=self.here(redirect),
             other_account=self.here(redirect, prompt="login"),
-            title={"continue": f"Continue to {redirect.host}", "denied": "Denied"}.get(step, "Sign in"),
+            title={"continue": "Continue", "denied": "Denied"}.get(step, "Sign in"),
             **values,
         )
 

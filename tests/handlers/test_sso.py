@@ -275,10 +275,11 @@ async def test_the_page_reached_directly_with_a_bad_url_is_our_html_error_page(b
 @pytest.mark.parametrize(
     ("url", "where", "landed", "target"),
     [
-        ("im.fluffychat://login", "im.fluffychat://login", "im.fluffychat://login?loginToken=", "im.fluffychat:"),
+        ("im.fluffychat://login", "the application im.fluffychat", "im.fluffychat://login?loginToken=",
+         "im.fluffychat:"),
         ("http://127.0.0.1:8123/cb?x=1", "127.0.0.1:8123", "http://127.0.0.1:8123/cb?x=1&loginToken=",
          "http://127.0.0.1:8123"),
-        ("myapp:///sso?loginToken=forged", "myapp:///sso", "myapp:///sso?loginToken=", "myapp:"),
+        ("myapp:///sso?loginToken=forged", "the application myapp", "myapp:///sso?loginToken=", "myapp:"),
     ],
 )
 async def test_applications_and_loopback_listeners(browser, url, where, landed, target):

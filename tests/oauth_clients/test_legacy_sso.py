@@ -1,0 +1,97 @@
+"""matrix-js-sdk 43's legacy SSO login (MSC3824: `loginFlows`, `getSsoLoginUrl` with
+`action=login`, `loginWithToken` / `login("m.login.token")`) against this server, the person
+signing in on our page in headless Chromium (and as a plain HTTP form client): with `[oauth]`
+on (the flows say `oauth_aware_preferred`), with `[mfa]` alone, and under delegation with a
+real Synapse behind the shipped nginx, where two legacy clients signed in so chat."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.oauth_clients.conftest import PASSWORDS
+from tests.oauth_clients.node import chromium_person, http_person, run_flow, script_in
+from tests.support.delegation_stack import DelegationStack, password_of, serve
+from tests.support.js_sdk import install_js_sdk
+from tests.support.servers import ServerProcess
+
+MFA = "[mfa]\nenabled = true\n"
+FLOWS = ["m.login.password", "m.login.sso", "m.login.token"]
+
+
+def sso_script() -> tuple[str, str]:
+    node, cache = install_js_sdk()
+    return node, script_in(cache, "sso_js_sdk.mjs")
+
+
+def assert_signed_in(out: dict, user: str) -> None:
+    assert "failed" not in out, out
+    assert out["flows"] == FLOWS
+    assert out["url_action"] == "login"
+    assert out["own_query_kept"] is True and out["token_in_query"] is True and out["browser_landed_there"] is True
+    assert out["response_keys"] == ["access_token", "device_id", "home_server", "user_id"]
+    assert out["whoami"][0] == f"@{user}:localhost" and out["device_matches"] is True
+    # The token works once: js-sdk's loginWithToken and login("m.login.token") again are refused.
+    assert out["second_use"] == [403, "M_FORBIDDEN"] and out["third_use"] == [403, "M_FORBIDDEN"]
+
+
+def test_js_sdk_signs_in_through_the_browser_with_oauth_on(oauth_server: ServerProcess, driver) -> None:
+    pages: list[str] = []
+    node, script = sso_script()
+    base = f"http://127.0.0.1:{oauth_server.port}"
+    out = run_flow(node, script, ["login", base, "alice"], chromium_person(driver, PASSWORDS.__getitem__, pages))
+    assert_signed_in(out, "alice")
+    assert out["sso"] == {"idps": ["homeserver"], "oauth_aware_preferred": True, "unstable": True}
+    assert out["devices"] == [out["whoami"][1]]
+    assert out["after_logout"] == [401, "M_UNKNOWN_TOKEN"]
+    # The person saw the sign-in, then where the browser would go, before anything was sent.
+    assert any("Sign in to continue to 127.0.0.1:" in page for page in pages), pages
+    assert any("Continue to 127.0.0.1:" in page and "@alice:localhost" in page for page in pages), pages
+
+
+@pytest.fixture(scope="module")
+def mfa_server(tmp_path_factory) -> Iterator[ServerProcess]:
+    """`run.py` with `[mfa]` on and `[oauth]` off."""
+    server = ServerProcess(tmp_path_factory.mktemp("mfa"), 1, MFA)
+    yield server
+    server.stop()
+
+
+def test_js_sdk_with_mfa_alone_and_a_person_without_a_browser(mfa_server: ServerProcess) -> None:
+    node, script = sso_script()
+    base = f"http://127.0.0.1:{mfa_server.port}"
+    out = run_flow(node, script, ["login", base, "bob"], http_person(PASSWORDS.__getitem__))
+    assert_signed_in(out, "bob")
+    # Without OAuth the SSO flow is not "preferred": such clients keep offering the password too.
+    assert out["sso"] == {"idps": ["homeserver"], "oauth_aware_preferred": None, "unstable": None}
+
+
+class MfaStack(DelegationStack):
+    """DelegationStack's parts in its order (ours, Synapse, nginx), `[mfa]` on at ours."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(folder, MFA)
+
+
+@pytest.fixture(scope="module")
+def mfa_stack(tmp_path_factory) -> Iterator[MfaStack]:
+    """Skipped with the reason when Synapse or nginx cannot be had, failed for it under CI."""
+    yield from serve(MfaStack, tmp_path_factory.mktemp("sso-synapse-stack"))
+
+
+def test_two_legacy_clients_sign_in_through_the_browser_and_chat_at_synapse(mfa_stack: MfaStack, driver) -> None:
+    node, script = sso_script()
+    out = run_flow(node, script, ["chat", mfa_stack.url, "carol", "dave"], chromium_person(driver, password_of),
+                   timeout=300)
+    assert "failed" not in out, (out, mfa_stack.homeserver.log())
+    assert out["flows"] == FLOWS
+    (carol, carol_device), (dave, dave_device) = out["whoami"]
+    assert (carol, dave) == ("@carol:localhost", "@dave:localhost")
+    assert out["second_use"] == [[403, "M_FORBIDDEN"], [403, "M_FORBIDDEN"]]
+    assert out["first"] == {"body": "hello from a legacy client", "sender": carol}
+    assert out["reply"] == {"body": "and back", "sender": dave}
+    # Synapse has the devices the token logins opened (provisioned before the login answered).
+    assert carol_device in mfa_stack.synapse_devices("carol")
+    assert dave_device in mfa_stack.synapse_devices("dave")
