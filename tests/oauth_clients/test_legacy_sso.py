@@ -6,23 +6,31 @@ real Synapse behind the shipped nginx, where two legacy clients signed in so cha
 
 from __future__ import annotations
 
+import json
+import subprocess
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.oauth_clients.conftest import PASSWORDS
-from tests.oauth_clients.node import chromium_person, http_person, run_flow, script_in
+from tests.oauth_clients.flow import FormBrowser
+from tests.oauth_clients.node import ROOT, chromium_person, http_person, run_flow, script_in
 from tests.support.delegation_stack import DelegationStack, password_of, serve
+from tests.support.helpers import ci
 from tests.support.js_sdk import install_js_sdk
+from tests.support.nio_e2e import NioUnavailable, nio_python
 from tests.support.servers import ServerProcess
 
 MFA = "[mfa]\nenabled = true\n"
 FLOWS = ["m.login.password", "m.login.sso", "m.login.token"]
 
 
-def sso_script() -> tuple[str, str]:
-    node, cache = install_js_sdk()
+def sso_script(installed: tuple[str, str]) -> tuple[str, str]:
+    """(node, tests/js/sso_js_sdk.mjs beside matrix-js-sdk); called with `install_js_sdk()` in
+    each test, which puts the test in the node tier (tests/conftest.py)."""
+    node, cache = installed
     return node, script_in(cache, "sso_js_sdk.mjs")
 
 
@@ -39,7 +47,7 @@ def assert_signed_in(out: dict, user: str) -> None:
 
 def test_js_sdk_signs_in_through_the_browser_with_oauth_on(oauth_server: ServerProcess, driver) -> None:
     pages: list[str] = []
-    node, script = sso_script()
+    node, script = sso_script(install_js_sdk())
     base = f"http://127.0.0.1:{oauth_server.port}"
     out = run_flow(node, script, ["login", base, "alice"], chromium_person(driver, PASSWORDS.__getitem__, pages))
     assert_signed_in(out, "alice")
@@ -60,12 +68,43 @@ def mfa_server(tmp_path_factory) -> Iterator[ServerProcess]:
 
 
 def test_js_sdk_with_mfa_alone_and_a_person_without_a_browser(mfa_server: ServerProcess) -> None:
-    node, script = sso_script()
+    node, script = sso_script(install_js_sdk())
     base = f"http://127.0.0.1:{mfa_server.port}"
     out = run_flow(node, script, ["login", base, "bob"], http_person(PASSWORDS.__getitem__))
     assert_signed_in(out, "bob")
     # Without OAuth the SSO flow is not "preferred": such clients keep offering the password too.
     assert out["sso"] == {"idps": ["homeserver"], "oauth_aware_preferred": None, "unstable": None}
+
+
+@pytest.fixture(scope="module")
+def nio() -> Path:
+    """The Python of the matrix-nio virtualenv (tests/support/nio_e2e.py); skipped with the
+    reason when it cannot be had, failed for it when CI is set."""
+    try:
+        return nio_python()
+    except NioUnavailable as exc:
+        if ci():
+            pytest.fail(f"{exc} (CI is set: the matrix-nio tests must run)")
+        pytest.skip(str(exc))
+
+
+def test_matrix_nio_logs_in_with_the_token_a_browser_brought_back(mfa_server: ServerProcess, nio: Path) -> None:
+    """matrix-nio has no SSO helper: a program opens the redirect itself; its `login(token=)`
+    and `login_info()` are what it does with the flows."""
+    base = f"http://127.0.0.1:{mfa_server.port}"
+    redirect = "http://127.0.0.1:9/nio-callback"
+    url = base + "/_matrix/client/v3/login/sso/redirect?" + urllib.parse.urlencode({"redirectUrl": redirect})
+    landed = FormBrowser().sign_in(url, "alice", PASSWORDS["alice"], redirect)
+    token = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(landed).query))["loginToken"]
+    done = subprocess.run([str(nio), str(Path(ROOT) / "tests" / "nio" / "token_login.py"), base, token],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["flows"] == FLOWS
+    assert out["login"]["user_id"] == "@alice:localhost"
+    assert out["whoami"] == [out["login"]["user_id"], out["login"]["device_id"]]
+    assert [out["login"]["device_id"], "nio through the browser"] in out["devices"]
+    assert out["again"] == ["M_FORBIDDEN", "Invalid login token"]  # nio's status_code is the errcode
 
 
 class MfaStack(DelegationStack):
@@ -82,7 +121,7 @@ def mfa_stack(tmp_path_factory) -> Iterator[MfaStack]:
 
 
 def test_two_legacy_clients_sign_in_through_the_browser_and_chat_at_synapse(mfa_stack: MfaStack, driver) -> None:
-    node, script = sso_script()
+    node, script = sso_script(install_js_sdk())
     out = run_flow(node, script, ["chat", mfa_stack.url, "carol", "dave"], chromium_person(driver, password_of),
                    timeout=300)
     assert "failed" not in out, (out, mfa_stack.homeserver.log())
