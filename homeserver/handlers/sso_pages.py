@@ -81,6 +81,11 @@ class SsoPageHandler(PageHandler):
     async def get(self) -> None:
         self.login_tokens()
         redirect = self.client_redirect()
+        if self.user is None and self.request.headers.get("Sec-Fetch-Site") == "cross-site":
+            # Come from another site (a web client's redirect), the browser kept the page's
+            # SameSite=Strict cookie back: this page again, from itself, brings it.
+            self.render_page("sso_bounce.html", target=self.here(redirect), title="Sign in")
+            return
         if self.user is None or self.get_query_argument("prompt", "") == "login":  # "Not you?"
             self.show("sign_in", redirect)
         else:

@@ -300,3 +300,22 @@ async def test_register_is_a_sign_in_saying_no_accounts_are_made_here(browser):
     body = text(page)
     assert "Accounts on this server are not made here" in body and 'type="password"' in body
     assert "action=register" in form_action(body)
+
+
+async def test_from_another_site_the_page_asks_for_itself_again_to_get_its_strict_cookie(browser):
+    """A web client's redirect is a cross-site navigation: the browser keeps the page's
+    SameSite=Strict cookie back, so the page sends the browser to itself (a same-site
+    navigation, which carries it) instead of asking a signed-in person for the password."""
+    cross = {"Sec-Fetch-Site": "cross-site"}
+    resp = await browser.fetch(page_url(), headers=cross, follow_redirects=False)
+    body = assert_page(resp)
+    target = page_url().replace("&", "&amp;")
+    assert f'<meta http-equiv="refresh" content="0; url={target}">' in body
+    assert 'type="password"' not in body and 'value="continue"' not in body
+    # The cookie, when a browser does send it, is enough: no detour.
+    await browser.sign_in()
+    resp = await browser.fetch(page_url(), headers={**cross, **browser._headers()}, follow_redirects=False)
+    assert "Continue to client.example.org" in text(resp)
+    # Sent by the page itself (same-origin), the sign-in form when there is no browser session.
+    resp = await browser.fetch(page_url(), headers={"Sec-Fetch-Site": "same-origin"}, follow_redirects=False)
+    assert 'type="password"' in text(resp)

@@ -6,8 +6,11 @@ real Synapse behind the shipped nginx, where two legacy clients signed in so cha
 
 from __future__ import annotations
 
+import http.server
 import json
 import subprocess
+import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,6 +60,73 @@ def test_js_sdk_signs_in_through_the_browser_with_oauth_on(oauth_server: ServerP
     # The person saw the sign-in, then where the browser would go, before anything was sent.
     assert any("Sign in to continue to 127.0.0.1:" in page for page in pages), pages
     assert any("Continue to 127.0.0.1:" in page and "@alice:localhost" in page for page in pages), pages
+
+
+def test_signed_in_on_the_account_page_a_web_clients_redirect_goes_straight_to_continue(
+    oauth_server: ServerProcess, driver
+) -> None:
+    """A web client on another site (here 127.0.0.1, the server at localhost) sends the browser
+    to the redirect by a link: the page's SameSite=Strict cookie is kept back on that
+    cross-site navigation, and the page's own same-site detour brings it, so a person signed
+    in on the account page is not asked for the password again."""
+    from selenium.webdriver.common.by import By
+
+    server_url = f"http://localhost:{oauth_server.port}"
+    client_page = WebClientPage()
+    redirect = f"{client_page.url}/cb"
+    sign_in_link = server_url + "/_matrix/client/v3/login/sso/redirect?" + urllib.parse.urlencode(
+        {"redirectUrl": redirect, "action": "login"})
+    client_page.body = f'<!DOCTYPE html><a id="go" href="{sign_in_link}">Sign in</a>'.encode()
+    try:
+        driver.execute_cdp_cmd("Network.clearBrowserCookies", {})
+        driver.get(server_url + "/account/")
+        driver.find_element(By.ID, "name").send_keys("alice")
+        driver.find_element(By.ID, "password").send_keys(PASSWORDS["alice"])
+        driver.find_element(By.CSS_SELECTOR, "main form button[type=submit]").click()
+        wait_for(driver, lambda: "Your sessions" in driver.page_source)
+        driver.get(client_page.url + "/")
+        driver.find_element(By.ID, "go").click()
+        wait_for(driver, lambda: "Continue to 127.0.0.1:" in driver.page_source)
+        assert 'type="password"' not in driver.page_source
+        driver.find_element(By.CSS_SELECTOR, "button[value=continue]").click()
+        wait_for(driver, lambda: driver.current_url.startswith(redirect))
+        assert "loginToken=" in driver.current_url
+    finally:
+        client_page.stop()
+
+
+class WebClientPage:
+    """A page of a web client's own site (a plain HTTP server on 127.0.0.1), answering `body`."""
+
+    def __init__(self) -> None:
+        self.body = b"<!DOCTYPE html>"
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.end_headers()
+                self.wfile.write(owner.body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def wait_for(driver, check, seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, f"at {driver.current_url}:\n{driver.page_source[:2000]}"
+        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
