@@ -113,8 +113,9 @@ class ClientRedirect:
         return f"{path}?{'&'.join(pairs)}{hash_mark}{fragment}"
 
     def form_target(self) -> str:
-        """The CSP source the page's form may be redirected to: the URL's origin, or its scheme."""
-        if self.web:
+        """The CSP source the page's form may be redirected to: the URL's origin, or its scheme
+        (for an application's scheme, and for an IPv6 literal, which CSP host sources cannot name)."""
+        if self.web and ":" not in (self.parts.hostname or ""):
             return f"{self.scheme}://{self.parts.netloc.lower()}"
         return f"{self.scheme}:"
 

@@ -280,6 +280,7 @@ async def test_the_page_reached_directly_with_a_bad_url_is_our_html_error_page(b
         ("http://127.0.0.1:8123/cb?x=1", "127.0.0.1:8123", "http://127.0.0.1:8123/cb?x=1&loginToken=",
          "http://127.0.0.1:8123"),
         ("myapp:///sso?loginToken=forged", "the application myapp", "myapp:///sso?loginToken=", "myapp:"),
+        ("http://[::1]:8123/cb", "[::1]:8123", "http://[::1]:8123/cb?loginToken=", "http:"),
     ],
 )
 async def test_applications_and_loopback_listeners(browser, url, where, landed, target):
@@ -288,7 +289,7 @@ async def test_applications_and_loopback_listeners(browser, url, where, landed, 
     body = text(page)
     assert f"Continue to {where}" in body
     assert f" {target};" in page.headers["Content-Security-Policy"]
-    if url.startswith("http://127"):
+    if url.startswith("http://"):
         assert "an application on this device" in body
     done = await browser.post({"op": "continue"}, path=form_action(body))
     assert done.headers["Location"].startswith(landed), done
