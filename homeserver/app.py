@@ -21,6 +21,7 @@ from homeserver.handlers import (
     oauth_metadata_api,
     oauth_pages,
     profile_api,
+    sso_pages,
 )
 from homeserver.handlers.base import NotFoundHandler
 from homeserver.logs import log_request
@@ -33,7 +34,7 @@ from homeserver.logs import log_request
 ROUTES = (
     account_api.ROUTES + profile_api.ROUTES + discovery_api.ROUTES + introspection_api.ROUTES
     + oauth_metadata_api.ROUTES + login_api.ROUTES + devices_api.ROUTES + health_api.ROUTES + oauth_api.ROUTES
-    + oauth_device_pages.ROUTES + oauth_pages.ROUTES + account_pages.ROUTES
+    + oauth_device_pages.ROUTES + oauth_pages.ROUTES + sso_pages.ROUTES + account_pages.ROUTES
 )
 
 

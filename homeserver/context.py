@@ -37,6 +37,7 @@ from homeserver.passwords import PasswordChecker
 from homeserver.proxies import ClientAddress
 from homeserver.ratelimit import LoginLimits
 from homeserver.sessions import Sessions
+from homeserver.sso import LoginTokens
 from homeserver.tokens import TokenIssuer, load_secret
 from homeserver.uia import UserInteractiveAuth
 from homeserver.users import Users
@@ -78,6 +79,9 @@ class HomeServer:
     # The OAuth 2.0 API (homeserver.oauth); None when `[oauth]` is off.
     oauth: OAuth | None
     account_page: AccountPage
+    # Legacy clients' browser sign-in (MSC3824): its login tokens; None unless `[mfa]` or
+    # `[oauth]` is on (homeserver.sso).
+    login_tokens: LoginTokens | None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
 
     async def start(self) -> None:
@@ -143,9 +147,14 @@ def build_homeserver(
 
     # The services the handlers call.
     auth = Auth(tokens, sessions, users, server_name, credentials, end_stale=devices.end_stale)
+    login_tokens = None
+    if config.get("mfa", "enabled") or config.get("oauth", "enabled"):
+        login_tokens = LoginTokens(
+            session_store.login_tokens(), users=users, credentials=credentials, browser_sessions=browser_sessions
+        )
     login = LoginService(
         users=users, tokens=tokens, checker=checker, sessions=sessions, server_name=server_name, limits=limits,
-        metrics=metrics, credentials=credentials, delegation=delegation,
+        metrics=metrics, credentials=credentials, delegation=delegation, login_tokens=login_tokens,
     )
     oauth = build_oauth(
         config, session_store, users=users, devices=devices, credentials=credentials, tokens=tokens,
@@ -179,6 +188,7 @@ def build_homeserver(
         login=login,
         oauth=oauth,
         account_page=account_page,
+        login_tokens=login_tokens,
     )
 
 

@@ -1,4 +1,6 @@
-"""The password login: request checks, then the specification's rules 1-6 in their order."""
+"""The password login: request checks, then the specification's rules 1-6 in their order; and
+the token login (`m.login.token`, MSC3824), whose login token a browser sign-in made
+(homeserver.sso), opening its session on the same path."""
 
 from __future__ import annotations
 
@@ -8,12 +10,20 @@ from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Protocol
 
 from backends.base import User
+from backends.sessions.login_tokens import LoginTokenRecord
 from homeserver import audit
 from homeserver.credentials import Credentials
 from homeserver.devices import MAX_SYNAPSE_DEVICE_ID, new_device_id
 from homeserver.errors import M_FORBIDDEN, M_UNKNOWN, M_USER_LOCKED, MatrixError, user_locked
 from homeserver.jsonio import decode_json_object
-from homeserver.login_request import DEFAULT_DEVICE_ID, MAX_DEVICE_ID, LoginRequest, parse_login
+from homeserver.login_request import (
+    DEFAULT_DEVICE_ID,
+    MAX_DEVICE_ID,
+    TOKEN_LOGIN_TYPE,
+    LoginRequest,
+    parse_login,
+    parse_token_login,
+)
 from homeserver.names import local_name, possible_name, user_id
 from homeserver.passwords import PasswordChecker, check_password, waste_password_check
 from homeserver.ratelimit import LoginLimits
@@ -28,6 +38,8 @@ logger = logging.getLogger(__name__)
 
 UNKNOWN_USER = "Invalid username"
 BAD_PASSWORD = "Invalid username or password"
+# The audit trail's reason for a token login.
+TOKEN_VIA = "login token (browser sign-in)"
 
 
 class LoginRefused(MatrixError):
@@ -43,6 +55,14 @@ class SynapseLogins(Protocol):
     of the user and the device around the session's opening."""
 
     def login(self, user: User, device_id: str, display_name: str | None) -> AbstractAsyncContextManager[None]: ...
+
+
+class TokenLogins(Protocol):
+    """What a token login needs of the login tokens (homeserver.sso.LoginTokens)."""
+
+    async def take(self, token: str) -> tuple[User, LoginTokenRecord]: ...
+
+    async def give_back(self, token: str, record: LoginTokenRecord) -> None: ...
 
 
 # A session opener: (user, request, token, client address, whether the client named the
@@ -97,6 +117,7 @@ class LoginService:
         metrics: Metrics | None = None,
         credentials: Credentials | None = None,
         delegation: SynapseLogins | None = None,
+        login_tokens: TokenLogins | None = None,
     ) -> None:
         self.users = users
         self.tokens = tokens
@@ -107,6 +128,8 @@ class LoginService:
         self.metrics = metrics
         self.credentials = credentials
         self.delegation = delegation
+        # `m.login.token` (with `[mfa]` or `[oauth]`, MSC3824); None: only passwords.
+        self.login_tokens = login_tokens
         # The device id of a login that names none, the longest one a client may name, and
         # where the session opens: chosen once, by whether Synapse is behind this server.
         self._new_device_id: Callable[[], str]
@@ -175,22 +198,65 @@ class LoginService:
     async def _login(self, body: bytes, client_ip: str, attempt: dict[str, str]) -> dict[str, str]:
         await self.limits.check_address(client_ip)
         fresh = self._new_device_id()
-        request = parse_login(decode_json_object(body), self.server_name, fresh, max_device_id=self._max_device_id)
+        fields = decode_json_object(body)
+        if self.login_tokens is not None and fields.get("type") == TOKEN_LOGIN_TYPE:
+            return await self._token_login(fields, fresh, client_ip, attempt)
+        request = parse_login(fields, self.server_name, fresh, max_device_id=self._max_device_id)
         attempt.update(typed=_typed(request), device=request.device_id)
         attempt["via"] = "password, by e-mail address" if request.email is not None else "password"
         user, token = await self._verify(request, attempt, issue=True)
+        await self._open(user, request, token, client_ip, request.device_id != fresh, self._fingerprints(user))
+        return self._response(user, token, request.device_id)
+
+    def _fingerprints(self, user: User) -> dict[str, str | None]:
+        """The fingerprints of the credential a new session of the user is opened with."""
         fingerprint = self.credentials.of(user) if self.credentials is not None else None
-        fingerprints = {
+        return {
             "identity_fp": fingerprint.identity if fingerprint else None,
             "password_fp": fingerprint.password if fingerprint else None,
         }
-        await self._open(user, request, token, client_ip, request.device_id != fresh, fingerprints)
+
+    def _response(self, user: User, token: str, device_id: str) -> dict[str, str]:
         return {
             "user_id": user_id(user.name, self.server_name),
             "access_token": token,
             "home_server": self.server_name,
-            "device_id": request.device_id,
+            "device_id": device_id,
         }
+
+    async def _token_login(
+        self, fields: dict[str, object], fresh: str, client_ip: str, attempt: dict[str, str]
+    ) -> dict[str, str]:
+        """`m.login.token`: the login token taken (once; 403 M_FORBIDDEN when unknown, used or
+        expired), then the session opened as a password login's (the device, Synapse told
+        first under delegation, the audit line). A login that cannot finish for the server's
+        sake (the store or Synapse away) gives the token back for the client's retry."""
+        assert self.login_tokens is not None
+        request = parse_token_login(dict(fields), fresh, max_device_id=self._max_device_id)
+        attempt.update(device=request.device_id, via=TOKEN_VIA)
+        user, record = await self.login_tokens.take(request.token)
+        attempt["user"] = user.name
+        token = self._make_token(user.name, request.device_id)
+        opening = LoginRequest(user=user.name, password="", device_id=request.device_id,
+                               display_name=request.display_name)
+        # The session records what the browser sign-in's second step was (record.second_factor,
+        # copied from the browser session when the token was made): [mfa] gives sessions that
+        # field (issue 38), which goes in beside the fingerprints here.
+        fingerprints = self._fingerprints(user)
+        try:
+            await self._open(user, opening, token, client_ip, request.device_id != fresh, fingerprints)
+        except Exception as exc:
+            if not (isinstance(exc, MatrixError) and exc.status < 500):
+                await self._give_back(request.token, record)
+            raise
+        return self._response(user, token, request.device_id)
+
+    async def _give_back(self, token: str, record: LoginTokenRecord) -> None:
+        assert self.login_tokens is not None
+        try:
+            await self.login_tokens.give_back(token, record)
+        except Exception as exc:  # the store still away: the person signs in again
+            logger.warning("a login token of %r could not be kept for a retry: %r", record.user, exc)
 
     async def _open_here(
         self,

@@ -12,6 +12,7 @@ from backends.sessions.records import Device, Session
 from backends.sessions.redis.browser import RedisBrowserSessions
 from backends.sessions.redis.buckets import RedisRateBuckets
 from backends.sessions.redis.delegation import RedisDelegationState
+from backends.sessions.redis.login_tokens import RedisLoginTokens
 from backends.sessions.redis.oauth import RedisOAuthStore
 from backends.sessions.redis.part import RedisPart, user_base
 from backends.sessions.redis.scripts import (
@@ -44,8 +45,8 @@ class RedisSessionStore(RedisPart, SessionStore):
     - `<prefix>{<tag>}:devices`: hash device id -> display name, of devices with open sessions;
     - `<prefix>users`: set of users with sessions (for the sweep of removed users);
     - `<prefix>{<tag>}:p:<id>`, `<prefix>{<tag>}:pages`, `<prefix>rl:<bucket>`,
-      `<prefix>delegation:*`, `<prefix>oauth:*`: the other parts' (browser.py, buckets.py,
-      delegation.py, oauth.py, oauth_device.py).
+      `<prefix>delegation:*`, `<prefix>oauth:*`, `<prefix>lt:<digest>`: the other parts'
+      (browser.py, buckets.py, delegation.py, oauth.py, oauth_device.py, login_tokens.py).
 
     The tag is a digest of the user name, so no name can break out of it (part.user_base).
     """
@@ -62,6 +63,7 @@ class RedisSessionStore(RedisPart, SessionStore):
         self._browser_sessions = RedisBrowserSessions(connection, key_prefix)
         self._buckets = RedisRateBuckets(connection, key_prefix)
         self._delegation = RedisDelegationState(connection, key_prefix)
+        self._login_tokens = RedisLoginTokens(connection, key_prefix)
 
     @classmethod
     def from_config(cls, options: dict[str, Any], *, config_dir: str) -> RedisSessionStore:
@@ -104,6 +106,9 @@ class RedisSessionStore(RedisPart, SessionStore):
 
     def delegation(self) -> RedisDelegationState:
         return self._delegation
+
+    def login_tokens(self) -> RedisLoginTokens:
+        return self._login_tokens
 
     # -- sessions -------------------------------------------------------------------
 

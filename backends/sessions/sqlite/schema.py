@@ -3,7 +3,7 @@ schema, created or migrated at start-up (PRAGMA user_version). Every table of ev
 born in a numbered migration: 1 sessions, devices, rate_limits; 2 delegation_users,
 delegation_resync; 3 the sessions' credential fingerprints; 4 page_sessions (the account
 page's sign-ins); 5 oauth_clients, oauth_codes, oauth_grants, oauth_refresh; 6
-oauth_device_codes."""
+oauth_device_codes; 7 login_tokens (legacy clients' browser sign-ins, MSC3824)."""
 
 from __future__ import annotations
 
@@ -117,6 +117,17 @@ MIGRATIONS: list[str] = [
         last_poll_ts   INTEGER NOT NULL DEFAULT 0,
         expires_ts     INTEGER NOT NULL   -- ms: the row goes after it
     ) WITHOUT ROWID;
+    """,
+    # 7: the login tokens a legacy client's browser sign-in hands back (MSC3824,
+    # sqlite/login_tokens.py): one row each until it is taken or expires. IF NOT EXISTS:
+    # migrations of other parts may land beside it and be renumbered.
+    """
+    CREATE TABLE IF NOT EXISTS login_tokens (
+        token_hash TEXT PRIMARY KEY,  -- SHA-256 of the token, hex, never the token itself
+        record     TEXT NOT NULL,     -- the LoginTokenRecord, JSON
+        expires    INTEGER NOT NULL   -- seconds since the epoch
+    ) WITHOUT ROWID;
+    CREATE INDEX IF NOT EXISTS login_tokens_by_expiry ON login_tokens (expires);
     """,
 ]
 VERSION = len(MIGRATIONS)

@@ -14,6 +14,7 @@ from backends.sessions.sqlite.browser import SqliteBrowserSessions
 from backends.sessions.sqlite.buckets import SqliteRateBuckets
 from backends.sessions.sqlite.delegation import SqliteDelegationState
 from backends.sessions.sqlite.file import SqliteFile, SqlitePart
+from backends.sessions.sqlite.login_tokens import SqliteLoginTokens
 from backends.sessions.sqlite.oauth import SqliteOAuthStore
 
 logger = logging.getLogger(__name__)
@@ -70,6 +71,7 @@ class SqliteSessionStore(SqlitePart, SessionStore):
         self._browser_sessions = SqliteBrowserSessions(self.db)
         self._buckets = SqliteRateBuckets(self.db)
         self._delegation = SqliteDelegationState(self.db)
+        self._login_tokens = SqliteLoginTokens(self.db)
 
     @classmethod
     def from_config(cls, options: dict[str, Any], *, config_dir: str) -> SqliteSessionStore:
@@ -103,6 +105,9 @@ class SqliteSessionStore(SqlitePart, SessionStore):
 
     def delegation(self) -> SqliteDelegationState:
         return self._delegation
+
+    def login_tokens(self) -> SqliteLoginTokens:
+        return self._login_tokens
 
     # -- sessions -------------------------------------------------------------------
 
