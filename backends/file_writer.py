@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Collection, Iterator
 from typing import Any
 
-from backends.base import ConfigError, User, UserExists, UserIncomplete, stored_fields
+from backends.base import ConfigError, User, UserExists, UserIncomplete, kept_fields, stored_fields
 from backends.users_file import parse_users
 
 # A users file holds password hashes: one the commands create is the owner's alone.
@@ -164,7 +164,7 @@ def add_user(path: str, user: User, *, overwrite: bool = False, keep: Collection
                 raise UserIncomplete(user.name, missing)
             records.append(_user_record(user))
         else:
-            records[index] = _replace_record(records[index], user, keep)
+            records[index] = _replace_record(records[index], user, kept_fields(keep))
         _write_document(path, document, st)
     return index is not None
 

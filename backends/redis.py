@@ -20,6 +20,8 @@ from backends.base import (
     UserExists,
     UserIncomplete,
     canonical_email,
+    kept_fields,
+    password_scheme_problem,
     stored_fields,
 )
 from backends.redis_connect import RedisConnection, text
@@ -90,6 +92,10 @@ def hash_user(key: str, name: str, fields: dict[bytes, bytes]) -> User:
     missing = [field for field in ("password", "ident") if field not in record]
     if missing:
         raise StoreDataError(f"Redis key {key!r}: missing field {', '.join(missing)}")
+    scheme = record.get("password_scheme") or None
+    problem = password_scheme_problem(scheme)
+    if problem:
+        raise StoreDataError(f"Redis key {key!r}: field 'password_scheme' {problem}")
     return User(
         name=name,
         password=record["password"],
@@ -100,6 +106,7 @@ def hash_user(key: str, name: str, fields: dict[bytes, bytes]) -> User:
         locked=flag_value(key, record.get("locked"), "locked"),
         admin=flag_value(key, record.get("admin"), "admin"),
         mfa_required=flag_value(key, record.get("mfa_required"), "mfa_required"),
+        password_scheme=scheme,
     )
 
 
@@ -209,7 +216,8 @@ class RedisBackend(UserBackend):
         key = self.key(user.name)
         self.connection.connect()  # the CLI provisions without start()
         # The hash holds every field of User but the name (it is in the key).
-        fields = {name: value for name, value in stored_fields(user).items() if name not in ("name", *keep)}
+        kept = kept_fields(keep)
+        fields = {name: value for name, value in stored_fields(user).items() if name not in ("name", *kept)}
         for flag in FLAG_FIELDS:
             if fields.get(flag) is not None:
                 fields[flag] = "true"

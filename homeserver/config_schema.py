@@ -160,6 +160,10 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "bcrypt_workers": Field("int", 0, _range(0, 256)),
         # Password checks running or waiting at once; more logins get 429 at once.
         "max_pending_logins": Field("int", 64, _range(1)),
+        # Synapse's password_config.pepper, for the password hashes moved from a Synapse
+        # (`migrate-synapse run`), or a file holding it; one of the two, not both.
+        "synapse_pepper": Field("str", ""),
+        "synapse_pepper_file": Field("str", ""),
     },
     "backend": {
         "type": Field("str", "file", _non_empty),

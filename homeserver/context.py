@@ -37,6 +37,7 @@ from homeserver.passwords import PasswordChecker
 from homeserver.proxies import ClientAddress
 from homeserver.ratelimit import LoginLimits
 from homeserver.sessions import Sessions
+from homeserver.synapse_passwords import load_pepper
 from homeserver.tokens import TokenIssuer, load_secret
 from homeserver.uia import UserInteractiveAuth
 from homeserver.users import Users
@@ -124,7 +125,10 @@ def build_homeserver(
     settings = config.section("auth")
     tokens = TokenIssuer(load_secret(config), settings["token_lifetime"], previous=settings["previous_jwt_secrets"])
     credentials = build_credentials(config, tokens.secret)
-    checker = PasswordChecker(settings["bcrypt_workers"], settings["max_pending_logins"], settings["bcrypt_rounds"])
+    checker = PasswordChecker(
+        settings["bcrypt_workers"], settings["max_pending_logins"], settings["bcrypt_rounds"],
+        synapse_pepper=load_pepper(config),
+    )
     limits = LoginLimits.from_config(
         config.section("rate_limit"),
         shared=session_store.buckets(),
