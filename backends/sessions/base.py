@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 from backends.sessions.browser import BrowserSessions
 from backends.sessions.buckets import RateBuckets
 from backends.sessions.delegation import DelegationState
+from backends.sessions.imported import ImportedState
 from backends.sessions.oauth import OAuthStore
 from backends.sessions.records import Device, Session
 
@@ -25,7 +26,7 @@ class SessionStore(abc.ABC):
     Used by homeserver.sessions (open, check, end) and homeserver.devices (list, rename).
 
     Its other parts are reached through it, one door each (`oauth()`, `browser_sessions()`,
-    `buckets()`, `delegation()`): each returns the same object every time, built with the
+    `buckets()`, `delegation()`, `imported()`): each returns the same object every time, built with the
     store on its own connection (usable once the store is started), never a cast of the store.
     """
 
@@ -63,6 +64,10 @@ class SessionStore(abc.ABC):
     @abc.abstractmethod
     def delegation(self) -> DelegationState:
         """What Synapse was told, when this server is its authentication service (delegation.py)."""
+
+    @abc.abstractmethod
+    def imported(self) -> ImportedState:
+        """A Synapse moved here: the tokens carried, the users it had deactivated (imported.py)."""
 
     # -- sessions and devices ------------------------------------------------------------
 

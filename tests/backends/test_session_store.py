@@ -17,6 +17,7 @@ import pytest
 from backends.sessions import (
     BrowserSessions,
     DelegationState,
+    ImportedState,
     OAuthStore,
     RateBuckets,
     Session,
@@ -52,7 +53,8 @@ def each_session_store(request, tmp_path, io_loop):
 
 
 # The store's other parts: its door (a method of SessionStore) -> the part's interface.
-DOORS = {"oauth": OAuthStore, "browser_sessions": BrowserSessions, "buckets": RateBuckets, "delegation": DelegationState}
+DOORS = {"oauth": OAuthStore, "browser_sessions": BrowserSessions, "buckets": RateBuckets, "delegation": DelegationState,
+         "imported": ImportedState}
 
 
 @pytest.fixture
