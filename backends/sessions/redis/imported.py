@@ -8,18 +8,20 @@ written again, whole, by the next run."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
 
 from backends.redis_connect import RedisConnection, text
+from backends.sessions.base import SessionStore
 from backends.sessions.imported import ImportBatch, ImportedState
-from backends.sessions.redis.part import RedisPart
+from backends.sessions.records import Session
+from backends.sessions.redis.oauth import RedisOAuthStore
+from backends.sessions.redis.part import RedisPart, user_base
 from backends.sessions.redis.scripts import OPEN
 
-if TYPE_CHECKING:
-    from backends.sessions.redis.oauth import RedisOAuthStore
-    from backends.sessions.redis.store import RedisSessionStore
+OpenCall = Callable[[Session, "str | None"], "tuple[list[str], list[Any]]"]
 
 CHUNK = 500  # digests asked in one HMGET
 
@@ -32,10 +34,12 @@ class RedisImportedState(RedisPart, ImportedState):
     """The move's bookkeeping beside the sessions: a part of RedisSessionStore."""
 
     def __init__(
-        self, connection: RedisConnection, prefix: str, *, sessions: RedisSessionStore, oauth: RedisOAuthStore
+        self, connection: RedisConnection, prefix: str, *, sessions: SessionStore, open_call: OpenCall,
+        oauth: RedisOAuthStore,
     ) -> None:
         super().__init__(connection, prefix)
-        self.sessions = sessions
+        self.sessions = sessions  # the store itself: a device looked at forgets it when no session is left
+        self.open_call = open_call  # RedisSessionStore.open_call: the OPEN script's keys and arguments
         self.oauth = oauth
         self.tokens_key = f"{prefix}synapse:tokens"
         self.deactivated_key = f"{prefix}synapse:deactivated"
@@ -53,11 +57,11 @@ class RedisImportedState(RedisPart, ImportedState):
             sha = await client.script_load(OPEN) if batch.sessions else ""
             pipe = client.pipeline(transaction=not cluster)
             for session, name in batch.sessions:
-                keys, args = self.sessions.open_call(session, name)
+                keys, args = self.open_call(session, name)
                 pipe.evalsha(sha, len(keys), *keys, *args)
             users = sorted({session.user for session, _ in batch.sessions})
             if users:
-                pipe.sadd(f"{self.sessions.prefix}users", *users)
+                pipe.sadd(f"{self.prefix}users", *users)
             for grant, idle in batch.grants:
                 for key, value in self.oauth.grant_keys(grant):
                     pipe.set(key, value, px=_ms(idle))
@@ -71,7 +75,7 @@ class RedisImportedState(RedisPart, ImportedState):
         client = self.connection.connect()
         with self.connection.errors():
             for session, _ in batch.sessions:
-                base = self.sessions.base(session.user)
+                base = user_base(self.prefix, session.user)
                 await client.delete(f"{base}s:{session.token_hash}")
                 await client.srem(f"{base}d:{session.device_id}", session.token_hash)
         for user, device_id in sorted({(s.user, s.device_id) for s, _ in batch.sessions}):

@@ -63,7 +63,9 @@ class RedisSessionStore(RedisPart, SessionStore):
         self._browser_sessions = RedisBrowserSessions(connection, key_prefix)
         self._buckets = RedisRateBuckets(connection, key_prefix)
         self._delegation = RedisDelegationState(connection, key_prefix)
-        self._imported = RedisImportedState(connection, key_prefix, sessions=self, oauth=self._oauth)
+        self._imported = RedisImportedState(
+            connection, key_prefix, sessions=self, open_call=self.open_call, oauth=self._oauth
+        )
 
     @classmethod
     def from_config(cls, options: dict[str, Any], *, config_dir: str) -> RedisSessionStore:
