@@ -150,6 +150,7 @@ def build_homeserver(
     login = LoginService(
         users=users, tokens=tokens, checker=checker, sessions=sessions, server_name=server_name, limits=limits,
         metrics=metrics, credentials=credentials, delegation=delegation,
+        deactivated=session_store.imported().is_deactivated,
     )
     oauth = build_oauth(
         config, session_store, users=users, devices=devices, credentials=credentials, tokens=tokens,

@@ -11,7 +11,15 @@ from backends.base import User
 from homeserver import audit
 from homeserver.credentials import Credentials
 from homeserver.devices import MAX_SYNAPSE_DEVICE_ID, new_device_id
-from homeserver.errors import M_FORBIDDEN, M_UNKNOWN, M_USER_LOCKED, MatrixError, user_locked
+from homeserver.errors import (
+    M_FORBIDDEN,
+    M_UNKNOWN,
+    M_USER_DEACTIVATED,
+    M_USER_LOCKED,
+    MatrixError,
+    user_deactivated,
+    user_locked,
+)
 from homeserver.jsonio import decode_json_object
 from homeserver.login_request import DEFAULT_DEVICE_ID, MAX_DEVICE_ID, LoginRequest, parse_login
 from homeserver.names import local_name, possible_name, user_id
@@ -59,6 +67,8 @@ def login_outcome(error: BaseException | None) -> str:
     if isinstance(error, MatrixError):
         if error.errcode == M_USER_LOCKED:
             return "locked"
+        if error.errcode == M_USER_DEACTIVATED:
+            return "deactivated"
         if error.status == 429:
             return "rate_limited"
         if error.status < 500 and error.status != 403:
@@ -97,6 +107,7 @@ class LoginService:
         metrics: Metrics | None = None,
         credentials: Credentials | None = None,
         delegation: SynapseLogins | None = None,
+        deactivated: Callable[[str], Awaitable[bool]] | None = None,
     ) -> None:
         self.users = users
         self.tokens = tokens
@@ -107,6 +118,9 @@ class LoginService:
         self.metrics = metrics
         self.credentials = credentials
         self.delegation = delegation
+        # Whether Synapse had deactivated a user when it moved here (the session store's
+        # ImportedState.is_deactivated): refused for good, whatever the user store says.
+        self.deactivated = deactivated
         # The device id of a login that names none, the longest one a client may name, and
         # where the session opens: chosen once, by whether Synapse is behind this server.
         self._new_device_id: Callable[[], str]
@@ -231,6 +245,8 @@ class LoginService:
         token, naming that user) and 4-5 apply unchanged. The lock is checked last, as
         Synapse's `_complete_login` does: an unknown name and a wrong password answer as
         for anyone; a locked account gets no session, and with delegation Synapse is not asked.
+        A user Synapse had deactivated when it moved here is refused after the password too,
+        as Synapse refuses one (403 M_USER_DEACTIVATED).
         """
         if request.email is not None:
             user, token, counted = await self._by_email(request, issue)
@@ -241,6 +257,8 @@ class LoginService:
                 await self.limits.record_failure(key)
             raise LoginRefused(BAD_PASSWORD, "bad_password")
         attempt["user"] = user.name
+        if self.deactivated is not None and await self.deactivated(user.name):
+            raise user_deactivated()
         if user.locked:
             raise user_locked()
         return user, token

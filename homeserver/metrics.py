@@ -34,8 +34,8 @@ class Metrics:
         )
         self.logins = Counter(
             "homeserver_logins",
-            "Password logins by outcome: success, unknown_user, bad_password, locked, rate_limited, bad_request, "
-            "error.",
+            "Password logins by outcome: success, unknown_user, bad_password, locked, deactivated, rate_limited, "
+            "bad_request, error.",
             ["outcome"],
             registry=self.registry,
         )
