@@ -146,7 +146,10 @@ def build_homeserver(
     devices = Devices(sessions, uia, delegation, credentials, browser_sessions=browser_sessions, grants=grants)
 
     # The services the handlers call.
-    auth = Auth(tokens, sessions, users, server_name, credentials, end_stale=devices.end_stale)
+    auth = Auth(
+        tokens, sessions, users, server_name, credentials, end_stale=devices.end_stale,
+        imported_token_user=session_store.imported().token_user,
+    )
     login = LoginService(
         users=users, tokens=tokens, checker=checker, sessions=sessions, server_name=server_name, limits=limits,
         metrics=metrics, credentials=credentials, delegation=delegation,
