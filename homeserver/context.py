@@ -33,9 +33,11 @@ from homeserver.inflight import InFlight
 from homeserver.login import LoginService
 from homeserver.metrics import Metrics
 from homeserver.oauth import OAuth, build_oauth
+from homeserver.oauth.grants import Grants
 from homeserver.passwords import PasswordChecker
 from homeserver.proxies import ClientAddress
 from homeserver.ratelimit import LoginLimits
+from homeserver.refresh import LegacyRefresh
 from homeserver.sessions import Sessions
 from homeserver.synapse_passwords import load_pepper
 from homeserver.tokens import TokenIssuer, load_secret
@@ -76,6 +78,8 @@ class HomeServer:
     devices: Devices
     auth: Auth
     login: LoginService
+    # POST /refresh: the refresh tokens of password logins and of a Synapse moved here.
+    refresh: LegacyRefresh
     # The OAuth 2.0 API (homeserver.oauth); None when `[oauth]` is off.
     oauth: OAuth | None
     account_page: AccountPage
@@ -139,7 +143,8 @@ def build_homeserver(
     # Sessions, and what follows every end of one: Synapse told (delegation), the account
     # page's browser sessions ended with all of a user's, an OAuth grant's refresh token with
     # its access token.
-    grants = session_store.oauth() if config.get("oauth", "enabled") else None
+    # Grants (refresh tokens): OAuth's, and those of logins that ask for one or moved from a Synapse.
+    grants = session_store.oauth()
     sessions = build_sessions(config, session_store, metrics, grants=grants)
     delegation = build_delegation(config, sessions, metrics)
     browser_sessions = session_store.browser_sessions()
@@ -150,10 +155,12 @@ def build_homeserver(
         tokens, sessions, users, server_name, credentials, end_stale=devices.end_stale,
         imported_token_user=session_store.imported().token_user,
     )
+    refresh = build_refresh(config, session_store, users=users, devices=devices, credentials=credentials,
+                            tokens=tokens, delegation=delegation)
     login = LoginService(
         users=users, tokens=tokens, checker=checker, sessions=sessions, server_name=server_name, limits=limits,
         metrics=metrics, credentials=credentials, delegation=delegation,
-        deactivated=session_store.imported().is_deactivated,
+        deactivated=session_store.imported().is_deactivated, refresh=refresh,
     )
     oauth = build_oauth(
         config, session_store, users=users, devices=devices, credentials=credentials, tokens=tokens,
@@ -185,6 +192,7 @@ def build_homeserver(
         devices=devices,
         auth=auth,
         login=login,
+        refresh=refresh,
         oauth=oauth,
         account_page=account_page,
     )
@@ -271,6 +279,26 @@ def build_sessions(
         metrics=metrics,
         grants=grants,
     )
+
+
+def build_refresh(
+    config: Config,
+    session_store: SessionStore,
+    *,
+    users: Users,
+    devices: Devices,
+    credentials: Credentials,
+    tokens: TokenIssuer,
+    delegation: Delegation | None,
+) -> LegacyRefresh:
+    """The refresh tokens outside OAuth (homeserver.refresh): grants of the client `legacy`, whose
+    access tokens live `[auth] refreshable_token_lifetime`."""
+    issuer = TokenIssuer(tokens.secret, config.get("auth", "refreshable_token_lifetime"), previous=tokens.keys[1:])
+    grants = Grants(
+        session_store.oauth(), sessions=devices.sessions, devices=devices, users=users, credentials=credentials,
+        tokens=issuer, delegation=delegation,
+    )
+    return LegacyRefresh(grants, credentials)
 
 
 def build_delegation(config: Config, sessions: Sessions, metrics: Metrics | None = None) -> Delegation | None:

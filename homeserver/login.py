@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from backends.base import User
 from homeserver import audit
@@ -31,6 +31,7 @@ from homeserver.users import Users
 
 if TYPE_CHECKING:
     from homeserver.metrics import Metrics
+    from homeserver.refresh import LegacyRefresh
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +109,7 @@ class LoginService:
         credentials: Credentials | None = None,
         delegation: SynapseLogins | None = None,
         deactivated: Callable[[str], Awaitable[bool]] | None = None,
+        refresh: LegacyRefresh | None = None,
     ) -> None:
         self.users = users
         self.tokens = tokens
@@ -121,6 +123,8 @@ class LoginService:
         # Whether Synapse had deactivated a user when it moved here (the session store's
         # ImportedState.is_deactivated): refused for good, whatever the user store says.
         self.deactivated = deactivated
+        # The refresh tokens of logins that ask `refresh_token: true` (homeserver.refresh).
+        self.refresh = refresh
         # The device id of a login that names none, the longest one a client may name, and
         # where the session opens: chosen once, by whether Synapse is behind this server.
         self._new_device_id: Callable[[], str]
@@ -134,7 +138,7 @@ class LoginService:
             self._new_device_id, self._max_device_id = new_device_id, MAX_SYNAPSE_DEVICE_ID
             self._open = self._open_at_synapse
 
-    async def login(self, body: bytes, client_ip: str) -> dict[str, str]:
+    async def login(self, body: bytes, client_ip: str) -> dict[str, Any]:
         """Check the request body (JSON), apply rules 1-6; return the login response or raise the rule's MatrixError."""
         attempt: dict[str, str] = {}
         try:
@@ -186,13 +190,15 @@ class LoginService:
             reason=attempt.get("via"),
         )
 
-    async def _login(self, body: bytes, client_ip: str, attempt: dict[str, str]) -> dict[str, str]:
+    async def _login(self, body: bytes, client_ip: str, attempt: dict[str, str]) -> dict[str, Any]:
         await self.limits.check_address(client_ip)
         fresh = self._new_device_id()
         request = parse_login(decode_json_object(body), self.server_name, fresh, max_device_id=self._max_device_id)
         attempt.update(typed=_typed(request), device=request.device_id)
         attempt["via"] = "password, by e-mail address" if request.email is not None else "password"
         user, token = await self._verify(request, attempt, issue=True)
+        if request.refresh_token and self.refresh is not None:
+            return await self._with_refresh(user, request, client_ip, attempt)
         fingerprint = self.credentials.of(user) if self.credentials is not None else None
         fingerprints = {
             "identity_fp": fingerprint.identity if fingerprint else None,
@@ -204,6 +210,25 @@ class LoginService:
             "access_token": token,
             "home_server": self.server_name,
             "device_id": request.device_id,
+        }
+
+    async def _with_refresh(
+        self, user: User, request: LoginRequest, client_ip: str, attempt: dict[str, str]
+    ) -> dict[str, Any]:
+        """A login that asked for a refresh token (spec v1.3): a grant of its device, whose access
+        token expires (homeserver.refresh). A refresh token is one device's, so a login that
+        names no device gets one of its own, never the DUMMY every other such login shares."""
+        assert self.refresh is not None
+        device_id = request.device_id if request.named_device or self.delegation is not None else new_device_id()
+        attempt["device"] = device_id
+        issued = await self.refresh.open(user, device_id, request.display_name, client_ip)
+        return {
+            "user_id": user_id(user.name, self.server_name),
+            "access_token": issued.access_token,
+            "home_server": self.server_name,
+            "device_id": device_id,
+            "refresh_token": issued.refresh_token,
+            "expires_in_ms": self.refresh.expires_in_ms,
         }
 
     async def _open_here(

@@ -22,6 +22,8 @@ class LoginRequest:
     device_id: str
     display_name: str | None = None  # initial_device_display_name
     email: str | None = None  # the address of an m.id.thirdparty (medium "email") login
+    refresh_token: bool = False  # the client asks for a refresh token (spec v1.3)
+    named_device: bool = True  # the client named its device (False: `default_device_id` was given)
 
 
 def _string(body: dict[str, Any], key: str, where: str | None = None) -> str | None:
@@ -93,6 +95,9 @@ def parse_login(
     device_id = _string(body, "device_id")
     if device_id is not None and not 0 < len(device_id) <= max_device_id:
         raise invalid_param("device_id", f"a string of 1 to {max_device_id} characters")
+    refresh_token = body.get("refresh_token", False)
+    if not isinstance(refresh_token, bool):
+        raise invalid_param("refresh_token", "true or false")
     display_name = _string(body, "initial_device_display_name")
     if display_name is not None and len(display_name) > MAX_DISPLAY_NAME:
         raise invalid_param("initial_device_display_name", f"at most {MAX_DISPLAY_NAME} characters")
@@ -104,4 +109,6 @@ def parse_login(
         device_id=device_id or default_device_id,
         display_name=display_name,
         email=email,
+        refresh_token=refresh_token,
+        named_device=device_id is not None,
     )
