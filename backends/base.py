@@ -187,6 +187,13 @@ class UserBackend(abc.ABC):
         """
         raise NotImplementedError(f"the {self.name} backend cannot add users")
 
+    async def add_users(self, users: list[User]) -> list[str]:
+        """Provision many users at once, those the store does not have (a move from Synapse;
+        never called while serving): one write where the store can (the users file: one
+        rewrite; Redis: one MULTI/EXEC on a standalone server), so a failure leaves all of
+        them or none. A name the store has keeps its record. The names added."""
+        raise NotImplementedError(f"the {self.name} backend cannot add users")
+
     async def close(self) -> None:
         """Release connections."""
 

@@ -169,6 +169,21 @@ def add_user(path: str, user: User, *, overwrite: bool = False, keep: Collection
     return index is not None
 
 
+def add_users(path: str, users: list[User]) -> list[str]:
+    """Add the users the file at `path` (made if missing) does not have, in one rewrite; a name
+    it has keeps its record. The names added."""
+    path = os.path.realpath(path)
+    with _locked(path):
+        document, st = _read_for_update(path)
+        records = document["users"]
+        present = {record["name"] for record in records}
+        added = [user for user in users if user.name not in present]
+        if added:
+            records.extend(_user_record(user) for user in added)
+            _write_document(path, document, st)
+    return [user.name for user in added]
+
+
 def set_locked(path: str, name: str, locked: bool) -> bool:
     """Set or clear the record's `locked`; False if there is no user `name`."""
     path = os.path.realpath(path)

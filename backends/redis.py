@@ -249,6 +249,46 @@ class RedisBackend(UserBackend):
         return outcome == 2
 
 
+    async def add_users(self, users: list[User]) -> list[str]:
+        """ADD_USER_SCRIPT (never overwriting) for each, and the address index, in one MULTI/EXEC
+        (standalone, Sentinel: all or none); on a Cluster, whose keys spread over nodes, one
+        pipeline, each user's hash before its address."""
+        if not users:
+            return []
+        client = self.connection.connect()  # the CLI provisions without start()
+        cluster = isinstance(client, RedisCluster)
+        with self.connection.errors():
+            sha = await client.script_load(ADD_USER_SCRIPT)
+            present = set()
+            pipe = client.pipeline(transaction=False)
+            for user in users:
+                pipe.exists(self.key(user.name))
+            for user, exists in zip(users, await pipe.execute(), strict=True):
+                if exists:
+                    present.add(user.name)
+            added = [user for user in users if user.name not in present]
+            pipe = client.pipeline(transaction=not cluster)
+            for user in added:
+                fields = {k: v for k, v in stored_fields(user).items() if k != "name" and v is not None}
+                for flag in FLAG_FIELDS:
+                    if flag in fields:
+                        fields[flag] = "true"
+                pairs = [part for k, v in fields.items() for part in (k, str(v))]
+                pipe.evalsha(sha, 1, self.key(user.name), "0", "0", "0", *pairs)
+                address = canonical_email(user.email) if user.email else None
+                if address:
+                    pipe.sadd(self.email_key_prefix + address, user.name)
+            replies = await pipe.execute()
+        outcomes = iter(replies)
+        done = []
+        for user in added:
+            if next(outcomes) == 1:
+                done.append(user.name)
+            if user.email and canonical_email(user.email):
+                next(outcomes)
+        return done
+
+
 class _Listing:
     """One listing's progress: the users read so far, the names whose hashes are malformed."""
 

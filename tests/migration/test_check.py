@@ -167,7 +167,8 @@ async def test_warnings_from_synapses_config(tmp_path, make_config, empty_sqlite
         "warning: registration is open in Synapse (enable_registration), with a captcha: Synapse refuses it under "
         "delegation; after the switch accounts are made in this server's user store (add-user, or the directory)",
         "warning: Synapse's passwords carry a pepper (password_config.pepper): the moved password hashes are "
-        "checked with it, so it moves here too and must stay secret and unchanged",
+        "checked with it, so it moves here too and must stay secret and unchanged; this server's [auth] "
+        "synapse_pepper (or synapse_pepper_file) does not hold it yet: until it does, no moved password works",
         "warning: matrix-synapse-ldap3 is configured in Synapse, but this server's user store is 'file': directory "
         'users can log in here only with [backend] type = "ldap" (or a password in this store)',
         "warning: Synapse checks passwords through rest_auth_provider.RestAuthProvider (password_providers): "
@@ -176,6 +177,10 @@ async def test_warnings_from_synapses_config(tmp_path, make_config, empty_sqlite
         "session_lifetime, which it refuses to start with under delegation: remove them at the switch",
     ]
     assert "a-secret-pepper" not in " ".join(lines)
+    # With the pepper here, the warning only says to keep it.
+    same = await run_check(make_config({"auth": {"synapse_pepper": "a-secret-pepper"}}), path)
+    [pepper] = [line for line in same.lines() if "pepper" in line]
+    assert pepper.endswith("must stay secret and unchanged")
 
 
 # -- warnings from the database, with counts -----------------------------------------------
