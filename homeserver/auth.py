@@ -96,23 +96,25 @@ class Auth:
         if token.startswith(ACCESS_PREFIX):
             # Synapse's own, carried by a move (homeserver.synapse_tokens): its CRC, then its session.
             name = synapse_token_user(token)
-            if name is None:
-                raise unknown_token()
-            return name, None
+            return (name, None) if name is not None else (await self._carried(token), None)
         try:
             claims = self.tokens.verify(token)
         except TokenExpired:
             # As Synapse: the client logs in again on the same device and keeps its keys.
             raise unknown_token(soft_logout=True) from None
         except TokenError:
-            if self.imported_token_user is None or not maybe_legacy(token):
+            if not maybe_legacy(token):
                 raise unknown_token() from None
-            # An older Synapse's token (a macaroon): its user from the move's bookkeeping.
-            found = await self.imported_token_user(token_digest(token))
-            if found is None:
-                raise unknown_token() from None
-            return found, None
+            return await self._carried(token), None
         return claims.name, claims.device_id
+
+    async def _carried(self, token: str) -> str:
+        """The user of a token carried from Synapse that does not name it (an older Synapse's
+        macaroon), from the move's bookkeeping; 401 M_UNKNOWN_TOKEN for any other text."""
+        found = await self.imported_token_user(token_digest(token)) if self.imported_token_user else None
+        if found is None:
+            raise unknown_token()
+        return found
 
     def _saw_lock(self, name: str, session: Session) -> None:
         """Audit a lock the first time this process sees it (per process, not per request)."""

@@ -9,8 +9,9 @@ as for one of ours. The user store and the session decide; the name in the token
 where to look (a token naming another user finds no session).
 
 Older Synapses made macaroons (base64 text, no dots); any token that is neither ours (a JWT:
-three parts joined by dots) nor `syt_` is looked up by its digest alone in the move's
-bookkeeping (`ImportedState.token_user`), one store trip more, only for such tokens.
+three parts joined by dots) nor a well-formed `syt_` is looked up by its digest alone in the
+move's bookkeeping (`ImportedState.token_user`), one store trip more, only for such tokens
+(the check counts the live ones a move carries: `names_its_user`).
 """
 
 from __future__ import annotations
@@ -54,6 +55,11 @@ def synapse_token_user(token: str) -> str | None:
 
 
 def maybe_legacy(token: str) -> bool:
-    """Whether a token that is not ours nor `syt_` may be one an older Synapse made (looked up
-    by digest): not shaped like ours (three parts joined by dots), and not too long."""
-    return token.count(".") != 2 and 0 < len(token) <= 4096 and not token.startswith(ACCESS_PREFIX)
+    """Whether a token that is not ours may be one Synapse made that does not name its user
+    (looked up by digest): not shaped like ours (three parts joined by dots), not too long."""
+    return token.count(".") != 2 and 0 < len(token) <= 4096
+
+
+def names_its_user(token: str, localpart: str) -> bool:
+    """Whether a token Synapse made names its user (found without a lookup by digest)."""
+    return synapse_token_user(token) == localpart

@@ -180,6 +180,12 @@ def _tokens(survey: Survey) -> Found:
 
 def _leftovers(survey: Survey, synapse: SynapseConfig) -> Found:
     found: Found = []
+    if survey.by_digest:
+        count = survey.by_digest
+        found.append(("warning", f"{_plural(count, 'live access token')} {_verb(count, 'does', 'do')} not name "
+                                 f"{_verb(count, 'its', 'their')} user (an older Synapse's macaroons): carried, each "
+                                 "found by its digest (one lookup more at its first request after each of Synapse's "
+                                 "two-minute caches)"))
     if survey.appservices:
         services = ", ".join(f"{name}: {count}" for name, count in sorted(survey.appservices.items()))
         found.append(("warning", f"{_plural(sum(survey.appservices.values()), 'user')} "
