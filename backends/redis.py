@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Collection
@@ -258,7 +259,6 @@ class RedisBackend(UserBackend):
         client = self.connection.connect()  # the CLI provisions without start()
         cluster = isinstance(client, RedisCluster)
         with self.connection.errors():
-            sha = await client.script_load(ADD_USER_SCRIPT)
             present = set()
             pipe = client.pipeline(transaction=False)
             for user in users:
@@ -267,26 +267,32 @@ class RedisBackend(UserBackend):
                 if exists:
                     present.add(user.name)
             added = [user for user in users if user.name not in present]
-            pipe = client.pipeline(transaction=not cluster)
+            if cluster:  # a Cluster pipelines no scripts: each user's, then the addresses
+                outcomes = await asyncio.gather(*(client.eval(ADD_USER_SCRIPT, 1, self.key(user.name), "0", "0", "0",
+                                                              *_pairs(user)) for user in added))
+                pipe = client.pipeline(transaction=False)
+            else:
+                sha = await client.script_load(ADD_USER_SCRIPT)
+                pipe = client.pipeline(transaction=True)
+                for user in added:
+                    pipe.evalsha(sha, 1, self.key(user.name), "0", "0", "0", *_pairs(user))
             for user in added:
-                fields = {k: v for k, v in stored_fields(user).items() if k != "name" and v is not None}
-                for flag in FLAG_FIELDS:
-                    if flag in fields:
-                        fields[flag] = "true"
-                pairs = [part for k, v in fields.items() for part in (k, str(v))]
-                pipe.evalsha(sha, 1, self.key(user.name), "0", "0", "0", *pairs)
                 address = canonical_email(user.email) if user.email else None
                 if address:
                     pipe.sadd(self.email_key_prefix + address, user.name)
             replies = await pipe.execute()
-        outcomes = iter(replies)
-        done = []
-        for user in added:
-            if next(outcomes) == 1:
-                done.append(user.name)
-            if user.email and canonical_email(user.email):
-                next(outcomes)
-        return done
+        if not cluster:
+            outcomes = replies[:len(added)]
+        return [user.name for user, outcome in zip(added, outcomes, strict=True) if outcome == 1]
+
+
+def _pairs(user: User) -> list[str]:
+    """The field, value pairs of a new user's hash (add_users; flags as "true")."""
+    fields = {k: v for k, v in stored_fields(user).items() if k != "name" and v is not None}
+    for flag in FLAG_FIELDS:
+        if flag in fields:
+            fields[flag] = "true"
+    return [part for k, v in fields.items() for part in (k, str(v))]
 
 
 class _Listing:

@@ -12,8 +12,9 @@ from backends.sessions.imported import ImportBatch
 from backends.sessions.oauth import Grant
 from homeserver.oauth.common import grant_session_digest
 from tests.backends.test_session_store import each_session_store, session
+from tests.support.redis_servers import redis_cluster
 
-__all__ = ["each_session_store"]
+__all__ = ["each_session_store", "redis_cluster"]
 
 IDLE = 3600.0
 
@@ -98,3 +99,25 @@ def test_the_tables_come_in_a_numbered_migration(kind, tmp_path):
     tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"synapse_tokens", "synapse_deactivated"} <= tables
     assert any("synapse_tokens" in script for script in MIGRATIONS)
+
+
+async def test_a_batch_on_a_redis_cluster(redis_cluster, tmp_path):
+    """A Cluster spreads a batch's keys over its nodes: one pipeline, the bookkeeping after it."""
+    from backends.sessions import create_session_store
+    from homeserver.config import build_config
+
+    config = build_config({"sessions": {"store": "redis", "redis": {
+        "url": f"redis://{redis_cluster.addresses[0]}/0", "mode": "cluster", "cluster_nodes": redis_cluster.addresses,
+        "key_prefix": "test:imported:"}}})
+    store = create_session_store("redis", dict(config.section("sessions.redis")), config_dir=str(tmp_path))
+    await store.start()
+    try:
+        await store.imported().add(batch())
+        assert (await store.get("bob", "t3")).device_id == "DESK"
+        assert (await store.oauth().grant_by_refresh("r1")).refresh_hash == "r2"
+        assert await store.imported().known_tokens(["t1", "t3", "nope"]) == {"t1", "t3"}
+        assert await store.imported().deactivated_users() == {"carol"}
+        await store.imported().undo(batch())
+        assert await store.get("bob", "t3") is None
+    finally:
+        await store.close()

@@ -8,6 +8,7 @@ written again, whole, by the next run."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +24,7 @@ from backends.sessions.redis.scripts import OPEN
 
 OpenCall = Callable[[Session, "str | None"], "tuple[list[str], list[Any]]"]
 
-CHUNK = 500  # digests asked in one HMGET
+CHUNK = 500  # digests asked in one HMGET; a Cluster's sessions opened at once
 
 
 def _ms(seconds: float) -> int:
@@ -53,12 +54,17 @@ class RedisImportedState(RedisPart, ImportedState):
     async def add(self, batch: ImportBatch) -> None:
         client = self.connection.connect()
         cluster = isinstance(client, RedisCluster)
+        if cluster:  # a Cluster pipelines no scripts: each session's, some at a time
+            for start in range(0, len(batch.sessions), CHUNK):
+                chunk = batch.sessions[start:start + CHUNK]
+                await asyncio.gather(*(self.script(OPEN, *self.open_call(s, name)) for s, name in chunk))
         with self.connection.errors():
-            sha = await client.script_load(OPEN) if batch.sessions else ""
             pipe = client.pipeline(transaction=not cluster)
-            for session, name in batch.sessions:
-                keys, args = self.open_call(session, name)
-                pipe.evalsha(sha, len(keys), *keys, *args)
+            if not cluster and batch.sessions:
+                sha = await client.script_load(OPEN)
+                for session, name in batch.sessions:
+                    keys, args = self.open_call(session, name)
+                    pipe.evalsha(sha, len(keys), *keys, *args)
             users = sorted({session.user for session, _ in batch.sessions})
             if users:
                 pipe.sadd(f"{self.prefix}users", *users)
