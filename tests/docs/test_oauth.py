@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.doc_blocks import code_blocks, section, shell_commands
 from tests.oauth_clients.test_synapse import oauth_stack  # noqa: F401 - a stack of this module's own
-from tests.servers import WHOAMI, Server, call, write_config
-from tests.synapse import SYNAPSE_VERSION, http
+from tests.support.doc_blocks import code_blocks, section, shell_commands
+from tests.support.servers import WHOAMI, Server, call, write_config
+from tests.support.synapse import SYNAPSE_VERSION, http
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OAUTH = (ROOT / "docs" / "oauth.md").read_text()
 DELEGATION = (ROOT / "docs" / "delegation.md").read_text()
 NGINX = (ROOT / "conf" / "nginx-delegation.conf").read_text()
