@@ -188,3 +188,23 @@ def test_check_exits_one_on_an_error_and_run_writes_nothing_then(tmp_path, synap
         x for x in checked.stdout.splitlines() if x.startswith("error:")]
     assert digests(tmp_path) == before
 
+
+
+def test_a_dry_run_refuses_a_session_file_of_an_older_version(tmp_path, synapse_before):
+    import sqlite3
+
+    from backends.sessions.sqlite.schema import VERSION
+    from homeserver.cli.migrate import session_schema_version
+
+    config = write_config(tmp_path, [])
+    path = tmp_path / "sessions.db"
+    assert session_schema_version(str(path)) == VERSION
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {VERSION - 1}")
+    conn.close()
+    before = digests(tmp_path)
+    dry = migrate(config, synapse_before.config_path, "run", "--dry-run")
+    assert dry.returncode == 1
+    assert line(dry.stdout, "error:").startswith("error: this server's stores: sessions.sqlite.path: ")
+    assert "older version of this server: start this version once" in dry.stdout
+    assert digests(tmp_path) == before
