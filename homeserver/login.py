@@ -7,14 +7,22 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from backends.base import User
 from backends.sessions.login_tokens import LoginTokenRecord
 from homeserver import audit
 from homeserver.credentials import Credentials
 from homeserver.devices import MAX_SYNAPSE_DEVICE_ID, new_device_id
-from homeserver.errors import M_FORBIDDEN, M_UNKNOWN, M_USER_LOCKED, MatrixError, user_locked
+from homeserver.errors import (
+    M_FORBIDDEN,
+    M_UNKNOWN,
+    M_USER_DEACTIVATED,
+    M_USER_LOCKED,
+    MatrixError,
+    user_deactivated,
+    user_locked,
+)
 from homeserver.jsonio import decode_json_object
 from homeserver.login_request import (
     DEFAULT_DEVICE_ID,
@@ -33,6 +41,7 @@ from homeserver.users import Users
 
 if TYPE_CHECKING:
     from homeserver.metrics import Metrics
+    from homeserver.refresh import LegacyRefresh
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +88,8 @@ def login_outcome(error: BaseException | None) -> str:
     if isinstance(error, MatrixError):
         if error.errcode == M_USER_LOCKED:
             return "locked"
+        if error.errcode == M_USER_DEACTIVATED:
+            return "deactivated"
         if error.status == 429:
             return "rate_limited"
         if error.status < 500 and error.status != 403:
@@ -118,6 +129,8 @@ class LoginService:
         credentials: Credentials | None = None,
         delegation: SynapseLogins | None = None,
         login_tokens: TokenLogins | None = None,
+        deactivated: Callable[[str], Awaitable[bool]] | None = None,
+        refresh: LegacyRefresh | None = None,
     ) -> None:
         self.users = users
         self.tokens = tokens
@@ -130,6 +143,11 @@ class LoginService:
         self.delegation = delegation
         # `m.login.token` (with `[mfa]` or `[oauth]`, MSC3824); None: only passwords.
         self.login_tokens = login_tokens
+        # Whether Synapse had deactivated a user when it moved here (the session store's
+        # ImportedState.is_deactivated): refused for good, whatever the user store says.
+        self.deactivated = deactivated
+        # The refresh tokens of logins that ask `refresh_token: true` (homeserver.refresh).
+        self.refresh = refresh
         # The device id of a login that names none, the longest one a client may name, and
         # where the session opens: chosen once, by whether Synapse is behind this server.
         self._new_device_id: Callable[[], str]
@@ -143,7 +161,7 @@ class LoginService:
             self._new_device_id, self._max_device_id = new_device_id, MAX_SYNAPSE_DEVICE_ID
             self._open = self._open_at_synapse
 
-    async def login(self, body: bytes, client_ip: str) -> dict[str, str]:
+    async def login(self, body: bytes, client_ip: str) -> dict[str, Any]:
         """Check the request body (JSON), apply rules 1-6; return the login response or raise the rule's MatrixError."""
         attempt: dict[str, str] = {}
         try:
@@ -195,7 +213,7 @@ class LoginService:
             reason=attempt.get("via"),
         )
 
-    async def _login(self, body: bytes, client_ip: str, attempt: dict[str, str]) -> dict[str, str]:
+    async def _login(self, body: bytes, client_ip: str, attempt: dict[str, str]) -> dict[str, Any]:
         await self.limits.check_address(client_ip)
         fresh = self._new_device_id()
         fields = decode_json_object(body)
@@ -205,6 +223,8 @@ class LoginService:
         attempt.update(typed=_typed(request), device=request.device_id)
         attempt["via"] = "password, by e-mail address" if request.email is not None else "password"
         user, token = await self._verify(request, attempt, issue=True)
+        if request.refresh_token and self.refresh is not None:
+            return await self._with_refresh(user, request, client_ip, attempt)
         await self._open(user, request, token, client_ip, request.device_id != fresh, self._fingerprints(user))
         return self._response(user, token, request.device_id)
 
@@ -258,6 +278,25 @@ class LoginService:
         except Exception as exc:  # the store still away: the person signs in again
             logger.warning("a login token of %r could not be kept for a retry: %r", record.user, exc)
 
+    async def _with_refresh(
+        self, user: User, request: LoginRequest, client_ip: str, attempt: dict[str, str]
+    ) -> dict[str, Any]:
+        """A login that asked for a refresh token (spec v1.3): a grant of its device, whose access
+        token expires (homeserver.refresh). A refresh token is one device's, so a login that
+        names no device gets one of its own, never the DUMMY every other such login shares."""
+        assert self.refresh is not None
+        device_id = request.device_id if request.named_device or self.delegation is not None else new_device_id()
+        attempt["device"] = device_id
+        issued = await self.refresh.open(user, device_id, request.display_name, client_ip)
+        return {
+            "user_id": user_id(user.name, self.server_name),
+            "access_token": issued.access_token,
+            "home_server": self.server_name,
+            "device_id": device_id,
+            "refresh_token": issued.refresh_token,
+            "expires_in_ms": self.refresh.expires_in_ms,
+        }
+
     async def _open_here(
         self,
         user: User,
@@ -297,6 +336,8 @@ class LoginService:
         token, naming that user) and 4-5 apply unchanged. The lock is checked last, as
         Synapse's `_complete_login` does: an unknown name and a wrong password answer as
         for anyone; a locked account gets no session, and with delegation Synapse is not asked.
+        A user Synapse had deactivated when it moved here is refused after the password too,
+        as Synapse refuses one (403 M_USER_DEACTIVATED).
         """
         if request.email is not None:
             user, token, counted = await self._by_email(request, issue)
@@ -307,6 +348,8 @@ class LoginService:
                 await self.limits.record_failure(key)
             raise LoginRefused(BAD_PASSWORD, "bad_password")
         attempt["user"] = user.name
+        if self.deactivated is not None and await self.deactivated(user.name):
+            raise user_deactivated()
         if user.locked:
             raise user_locked()
         return user, token

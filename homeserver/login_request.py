@@ -23,6 +23,8 @@ class LoginRequest:
     device_id: str
     display_name: str | None = None  # initial_device_display_name
     email: str | None = None  # the address of an m.id.thirdparty (medium "email") login
+    refresh_token: bool = False  # the client asks for a refresh token (spec v1.3)
+    named_device: bool = True  # the client named its device (False: `default_device_id` was given)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +125,9 @@ def parse_login(
         raise missing_param("password")
 
     device_id, display_name = _device(body, max_device_id)
+    refresh_token = body.get("refresh_token", False)
+    if not isinstance(refresh_token, bool):
+        raise invalid_param("refresh_token", "true or false")
 
     # A full user ID of this server is reduced to its name; any other text is a name.
     return LoginRequest(
@@ -131,4 +136,6 @@ def parse_login(
         device_id=device_id or default_device_id,
         display_name=display_name,
         email=email,
+        refresh_token=refresh_token,
+        named_device=device_id is not None,
     )

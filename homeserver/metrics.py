@@ -35,7 +35,7 @@ class Metrics:
         self.logins = Counter(
             "homeserver_logins",
             "Logins (password and login token) by outcome: success, unknown_user, bad_password, bad_token, locked, "
-            "rate_limited, bad_request, error.",
+            "deactivated, rate_limited, bad_request, error.",
             ["outcome"],
             registry=self.registry,
         )

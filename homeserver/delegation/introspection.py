@@ -49,7 +49,7 @@ async def introspect(auth: Auth, token: str, admins: frozenset[str]) -> dict[str
         "sub": name,
         "device_id": requester.device_id,
         "token_type": "access_token",
-        "scope": scope_of(requester.device_id, name in admins),
+        "scope": scope_of(requester.device_id, name in admins or requester.user.admin),
     }
     expires_ts = requester.session.expires_ts
     if expires_ts is not None:

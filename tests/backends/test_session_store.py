@@ -17,6 +17,7 @@ import pytest
 from backends.sessions import (
     BrowserSessions,
     DelegationState,
+    ImportedState,
     LoginTokenStore,
     OAuthStore,
     RateBuckets,
@@ -59,6 +60,7 @@ DOORS = {
     "buckets": RateBuckets,
     "delegation": DelegationState,
     "login_tokens": LoginTokenStore,
+    "imported": ImportedState,
 }
 
 

@@ -104,7 +104,7 @@ async def test_a_fresh_file_has_the_oauth_tables_at_start(tmp_path):
     await store.start()
     try:
         version, tables = schema_of(path)
-        assert version == VERSION >= 6 and OAUTH_TABLES <= tables
+        assert version == VERSION and OAUTH_TABLES <= tables
         # The first OAuth read is on the loop's read connection: the tables are there already.
         assert await store.oauth().grant_by_refresh("r1") is None
         assert await store.oauth().device_code_by_user_code("user1") is None
