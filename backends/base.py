@@ -23,6 +23,11 @@ class User:
     changes with the password where the store checks passwords itself (LDAP bind mode:
     pwdChangedTime / pwdLastSet). Both None where the store has no such thing.
 
+    `password_scheme`: how the stored hash is checked: None for this server's bcrypt, "synapse"
+    for a hash moved from a Synapse (`migrate-synapse run`), checked as Synapse checks it
+    (its pepper and Unicode normalisation; homeserver.synapse_passwords). Only the users
+    file and Redis carry it; a new password set with add-user drops it.
+
     `admin`: the store makes the user an administrator (a record's or hash's `admin`, an
     LDAP entry matching `admin_filter`); `mfa_required`: the user must have a second factor
     (a record's or hash's `mfa_required`, an entry matching `mfa_required_filter`).
@@ -39,13 +44,18 @@ class User:
     password_stamp: str | None = None
     admin: bool = False
     mfa_required: bool = False
+    password_scheme: str | None = None
 
+
+# The password schemes a record may name (`User.password_scheme`): Synapse's.
+SYNAPSE_SCHEME = "synapse"
+PASSWORD_SCHEMES = (SYNAPSE_SCHEME,)
 
 # The yes-or-no fields of a record: true when set, left out of the record when not.
 FLAG_FIELDS = ("locked", "admin", "mfa_required")
 # The fields a users-file record or a Redis user hash holds (add-user writes them); `uid`
 # and `password_stamp` come from directories only.
-STORED_FIELDS = ("name", "password", "ident", "display_name", "avatar_url", "email", *FLAG_FIELDS)
+STORED_FIELDS = ("name", "password", "ident", "display_name", "avatar_url", "email", *FLAG_FIELDS, "password_scheme")
 
 
 def stored_fields(user: User) -> dict[str, object]:
@@ -55,6 +65,22 @@ def stored_fields(user: User) -> dict[str, object]:
     for flag in FLAG_FIELDS:
         fields[flag] = True if fields[flag] else None
     return fields
+
+
+def password_scheme_problem(scheme: object) -> str | None:
+    """Why a record's `password_scheme` cannot be used; None when it can (absent included)."""
+    if scheme is None or scheme in PASSWORD_SCHEMES:
+        return None
+    return f"must be {' or '.join(repr(s) for s in PASSWORD_SCHEMES)}, not {scheme!r}"
+
+
+def kept_fields(keep: Collection[str]) -> set[str]:
+    """The fields an overwrite keeps as stored: `keep`, and with the password its scheme (a
+    hash moved from Synapse stays Synapse's); a new password drops the scheme."""
+    kept = set(keep)
+    if "password" in kept:
+        kept.add("password_scheme")
+    return kept
 
 
 def resolve_path(path: str, config_dir: str) -> str:
@@ -159,6 +185,13 @@ class UserBackend(abc.ABC):
         `keep`, which stay as stored, and fields the record has that `User` does not know.
         Keeping `password` or `ident` of a user that does not exist is `UserIncomplete`.
         """
+        raise NotImplementedError(f"the {self.name} backend cannot add users")
+
+    async def add_users(self, users: list[User]) -> list[str]:
+        """Provision many users at once, those the store does not have (a move from Synapse;
+        never called while serving): one write where the store can (the users file: one
+        rewrite; Redis: one MULTI/EXEC on a standalone server), so a failure leaves all of
+        them or none. A name the store has keeps its record. The names added."""
         raise NotImplementedError(f"the {self.name} backend cannot add users")
 
     async def close(self) -> None:

@@ -255,3 +255,10 @@ class FileBackend(UserBackend):
 
     async def add_user(self, user: User, *, overwrite: bool = False, keep: Collection[str] = ()) -> bool:
         return file_writer.add_user(self.path, user, overwrite=overwrite, keep=keep)
+
+    async def add_users(self, users: list[User]) -> list[str]:
+        """One rewrite, off the loop; the copy in memory is read again (this process sees them)."""
+        added = await asyncio.get_running_loop().run_in_executor(None, file_writer.add_users, self.path, users)
+        if added:
+            await self.reload()
+        return added

@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Collection, Iterator
 from typing import Any
 
-from backends.base import ConfigError, User, UserExists, UserIncomplete, stored_fields
+from backends.base import ConfigError, User, UserExists, UserIncomplete, kept_fields, stored_fields
 from backends.users_file import parse_users
 
 # A users file holds password hashes: one the commands create is the owner's alone.
@@ -164,9 +164,24 @@ def add_user(path: str, user: User, *, overwrite: bool = False, keep: Collection
                 raise UserIncomplete(user.name, missing)
             records.append(_user_record(user))
         else:
-            records[index] = _replace_record(records[index], user, keep)
+            records[index] = _replace_record(records[index], user, kept_fields(keep))
         _write_document(path, document, st)
     return index is not None
+
+
+def add_users(path: str, users: list[User]) -> list[str]:
+    """Add the users the file at `path` (made if missing) does not have, in one rewrite; a name
+    it has keeps its record. The names added."""
+    path = os.path.realpath(path)
+    with _locked(path):
+        document, st = _read_for_update(path)
+        records = document["users"]
+        present = {record["name"] for record in records}
+        added = [user for user in users if user.name not in present]
+        if added:
+            records.extend(_user_record(user) for user in added)
+            _write_document(path, document, st)
+    return [user.name for user in added]
 
 
 def set_locked(path: str, name: str, locked: bool) -> bool:

@@ -5,6 +5,17 @@ from __future__ import annotations
 import binascii
 import re
 
+# bcrypt only looks at the first 72 bytes of a password; bcrypt 5 raises on longer input
+# instead of cutting it, so the checks cut it themselves (homeserver.passwords,
+# homeserver.synapse_passwords). Hashes made by older bcrypt (which cut silently),
+# htpasswd or Synapse then still verify.
+MAX_PASSWORD_BYTES = 72
+
+
+class HashDecodeError(Exception):
+    """The stored password text is not hex, or decodes to something that is not bcrypt."""
+
+
 # What bcrypt.checkpw can ever match: a known variant, a cost of 04 to 31, and 53 characters
 # of salt and digest. bcrypt itself takes some malformed hashes (a truncated digest, say)
 # and then answers "no" to every password; such a hash is unusable all the same.

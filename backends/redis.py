@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Collection
@@ -20,6 +21,8 @@ from backends.base import (
     UserExists,
     UserIncomplete,
     canonical_email,
+    kept_fields,
+    password_scheme_problem,
     stored_fields,
 )
 from backends.redis_connect import RedisConnection, text
@@ -90,6 +93,10 @@ def hash_user(key: str, name: str, fields: dict[bytes, bytes]) -> User:
     missing = [field for field in ("password", "ident") if field not in record]
     if missing:
         raise StoreDataError(f"Redis key {key!r}: missing field {', '.join(missing)}")
+    scheme = record.get("password_scheme") or None
+    problem = password_scheme_problem(scheme)
+    if problem:
+        raise StoreDataError(f"Redis key {key!r}: field 'password_scheme' {problem}")
     return User(
         name=name,
         password=record["password"],
@@ -100,6 +107,7 @@ def hash_user(key: str, name: str, fields: dict[bytes, bytes]) -> User:
         locked=flag_value(key, record.get("locked"), "locked"),
         admin=flag_value(key, record.get("admin"), "admin"),
         mfa_required=flag_value(key, record.get("mfa_required"), "mfa_required"),
+        password_scheme=scheme,
     )
 
 
@@ -209,7 +217,8 @@ class RedisBackend(UserBackend):
         key = self.key(user.name)
         self.connection.connect()  # the CLI provisions without start()
         # The hash holds every field of User but the name (it is in the key).
-        fields = {name: value for name, value in stored_fields(user).items() if name not in ("name", *keep)}
+        kept = kept_fields(keep)
+        fields = {name: value for name, value in stored_fields(user).items() if name not in ("name", *kept)}
         for flag in FLAG_FIELDS:
             if fields.get(flag) is not None:
                 fields[flag] = "true"
@@ -239,6 +248,51 @@ class RedisBackend(UserBackend):
                     await client.sadd(self.email_key_prefix + new, user.name)
         logger.info("stored user %r at Redis key %r", user.name, key)
         return outcome == 2
+
+
+    async def add_users(self, users: list[User]) -> list[str]:
+        """ADD_USER_SCRIPT (never overwriting) for each, and the address index, in one MULTI/EXEC
+        (standalone, Sentinel: all or none); on a Cluster, whose keys spread over nodes, one
+        pipeline, each user's hash before its address."""
+        if not users:
+            return []
+        client = self.connection.connect()  # the CLI provisions without start()
+        cluster = isinstance(client, RedisCluster)
+        with self.connection.errors():
+            present = set()
+            pipe = client.pipeline(transaction=False)
+            for user in users:
+                pipe.exists(self.key(user.name))
+            for user, exists in zip(users, await pipe.execute(), strict=True):
+                if exists:
+                    present.add(user.name)
+            added = [user for user in users if user.name not in present]
+            if cluster:  # a Cluster pipelines no scripts: each user's, then the addresses
+                outcomes = await asyncio.gather(*(client.eval(ADD_USER_SCRIPT, 1, self.key(user.name), "0", "0", "0",
+                                                              *_pairs(user)) for user in added))
+                pipe = client.pipeline(transaction=False)
+            else:
+                sha = await client.script_load(ADD_USER_SCRIPT)
+                pipe = client.pipeline(transaction=True)
+                for user in added:
+                    pipe.evalsha(sha, 1, self.key(user.name), "0", "0", "0", *_pairs(user))
+            for user in added:
+                address = canonical_email(user.email) if user.email else None
+                if address:
+                    pipe.sadd(self.email_key_prefix + address, user.name)
+            replies = await pipe.execute()
+        if not cluster:
+            outcomes = replies[:len(added)]
+        return [user.name for user, outcome in zip(added, outcomes, strict=True) if outcome == 1]
+
+
+def _pairs(user: User) -> list[str]:
+    """The field, value pairs of a new user's hash (add_users; flags as "true")."""
+    fields = {k: v for k, v in stored_fields(user).items() if k != "name" and v is not None}
+    for flag in FLAG_FIELDS:
+        if flag in fields:
+            fields[flag] = "true"
+    return [part for k, v in fields.items() for part in (k, str(v))]
 
 
 class _Listing:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from backends.base import FLAG_FIELDS, ConfigError, User
+from backends.base import FLAG_FIELDS, ConfigError, User, password_scheme_problem
 from backends.hashes import operator_mistake
 
 REQUIRED = ("name", "password", "ident")
@@ -43,6 +43,9 @@ def parse_users(document: Any, source: str, *, check_passwords: bool = True) -> 
         for key in FLAG_FIELDS:
             if record.get(key) is not None and not isinstance(record[key], bool):
                 raise ConfigError(f"{where}: field {key!r} must be true or false")
+        scheme_problem = password_scheme_problem(record.get("password_scheme"))
+        if scheme_problem is not None:
+            raise ConfigError(f"{where}: field 'password_scheme' {scheme_problem}")
         if record["name"] in users:
             raise ConfigError(f"{where}: duplicate name")
         problem = operator_mistake(record["password"]) if check_passwords else None
@@ -58,5 +61,6 @@ def parse_users(document: Any, source: str, *, check_passwords: bool = True) -> 
             locked=record.get("locked") is True,
             admin=record.get("admin") is True,
             mfa_required=record.get("mfa_required") is True,
+            password_scheme=record.get("password_scheme"),
         )
     return users

@@ -17,6 +17,7 @@ the whole import in under a minute, so reading gets a quarter of it (LIMITS["syn
 from __future__ import annotations
 
 import argparse
+import base64
 import os
 import random
 import resource
@@ -24,9 +25,11 @@ import secrets
 import shutil
 import sqlite3
 import statistics
+import string
 import sys
 import tempfile
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +41,7 @@ from targets import Target, target
 sys.path.insert(0, str(ROOT))
 from backends.synapse.config import DatabaseSettings
 from backends.synapse.database import SynapseDatabase
+from homeserver.synapse_tokens import base62
 from tests.support.postgres import PostgresCluster, PostgresUnavailable
 from tests.support.synapse import SynapseUnavailable
 from tests.support.synapse_schema import SynapseRows, create_schema
@@ -45,6 +49,13 @@ from tests.support.synapse_schema import SynapseRows, create_schema
 SERVER = "localhost"
 HASH = "$2b$12$" + "N9qo8uLOickgx2ZMRZoMyeIjZAgcfl7p92ldGxad68LJZdL17lhWy"  # bcrypt's shape; never checked here
 DAY = 86_400_000
+
+
+def synapse_token(prefix: str, localpart: str) -> str:
+    """A token as Synapse makes it (`syt_`/`syr_`, base64 localpart, 20 random letters, base62 CRC)."""
+    b64local = base64.b64encode(localpart.encode("utf-8")).decode("ascii").rstrip("=")
+    base = f"{prefix}_{b64local}_{''.join(secrets.choice(string.ascii_letters) for _ in range(20))}"
+    return f"{base}_{base62(zlib.crc32(base.encode('ascii')))}"
 
 
 def generate(rows: SynapseRows, users: int, devices: int, seed: int = 35) -> dict[str, int]:
@@ -70,14 +81,14 @@ def generate(rows: SynapseRows, users: int, devices: int, seed: int = 35) -> dic
                  + [{"user_id": uid(n), "device_id": f"master-key-{n}", "hidden": True} for n in active[::5]])
     refreshable = [i for i in order if i % 5 == 0]
     rows.refresh_tokens({"id": 1_000_000 + i, "user_id": uid(owners[i]), "device_id": f"DEV{i:06d}",
-                         "token": "syr_" + secrets.token_urlsafe(24)} for i in refreshable)
+                         "token": synapse_token("syr", owners[i])} for i in refreshable)
     rows.access_tokens({
-        "user_id": uid(owners[i]), "device_id": f"DEV{i:06d}", "token": "syt_" + secrets.token_urlsafe(24),
+        "user_id": uid(owners[i]), "device_id": f"DEV{i:06d}", "token": synapse_token("syt", owners[i]),
         "valid_until_ms": (now + 300_000 if i % 10 else now - DAY) if i % 5 == 0 else None,
         "refresh_token_id": 1_000_000 + i if i % 5 == 0 else None, "last_validated": now - rng.randrange(DAY),
         "used": True if i % 5 == 0 else None,
     } for i in order)
-    rows.access_tokens([{"user_id": uid(active[0]), "device_id": None, "token": "syt_" + secrets.token_urlsafe(24),
+    rows.access_tokens([{"user_id": uid(active[0]), "device_id": None, "token": synapse_token("syt", active[0]),
                          "puppets_user_id": uid(n)} for n in active[1:11]])
     rows.threepids({"user_id": uid(n), "address": f"{n}@example.org"} for n in names[::2])
     rows.profiles({"localpart": n, "full_user_id": uid(n), "displayname": f"User {n[4:]}"} for n in names)

@@ -30,6 +30,10 @@ LIMITS: dict[str, tuple[str, float, str, bool]] = {
     # bench/synapse_db.py: reading a Synapse of 10,000 users and 50,000 devices and tokens; a
     # quarter of the minute issue 35 gives the whole import.
     "synapse_read": ("read every account", 15, "s", False),
+    # bench/synapse_import.py: the whole import of that Synapse (issue 35's minute), and the
+    # introspection of an imported token against one of ours (no dearer: at least 0.9).
+    "synapse_import": ("the whole import", 60, "s", False),
+    "imported_introspect": ("introspection: imported syt_ tokens / ours", 0.9, "x", True),
     # --ab: B may cost at most this much more server CPU per request than A on any endpoint.
     "ab_cpu": ("A/B: B/A server CPU per request", 1.1, "x", False),
 }

@@ -1,10 +1,22 @@
 -- Shared by every bench run: print the results as one JSON line wrk's own text lacks.
--- Optional environment: WRK_METHOD, WRK_BODY, WRK_CONTENT_TYPE (for the POST login).
+-- Optional environment: WRK_METHOD, WRK_BODY, WRK_CONTENT_TYPE (for the POST login), WRK_BODIES_FILE.
 local method = os.getenv("WRK_METHOD")
 if method then
   wrk.method = method
   wrk.body = os.getenv("WRK_BODY") or ""
   wrk.headers["Content-Type"] = os.getenv("WRK_CONTENT_TYPE") or "application/json"
+end
+
+-- Optional WRK_BODIES_FILE: one body per line, sent in turn (many tokens, not one).
+local bodies_file = os.getenv("WRK_BODIES_FILE")
+if bodies_file then
+  local bodies = {}
+  for line in io.lines(bodies_file) do table.insert(bodies, line) end
+  local n = 0
+  request = function()
+    n = n % #bodies + 1
+    return wrk.format(nil, nil, nil, bodies[n])
+  end
 end
 
 function done(summary, latency, requests)

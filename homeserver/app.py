@@ -21,6 +21,8 @@ from homeserver.handlers import (
     oauth_metadata_api,
     oauth_pages,
     profile_api,
+    refresh_api,
+    sso_pages,
 )
 from homeserver.handlers.base import NotFoundHandler
 from homeserver.logs import log_request
@@ -32,8 +34,8 @@ from homeserver.logs import log_request
 # finds its handler (tests/test_routes.py compares every path with the areas' own order).
 ROUTES = (
     account_api.ROUTES + profile_api.ROUTES + discovery_api.ROUTES + introspection_api.ROUTES
-    + oauth_metadata_api.ROUTES + login_api.ROUTES + devices_api.ROUTES + health_api.ROUTES + oauth_api.ROUTES
-    + oauth_device_pages.ROUTES + oauth_pages.ROUTES + account_pages.ROUTES
+    + oauth_metadata_api.ROUTES + login_api.ROUTES + refresh_api.ROUTES + devices_api.ROUTES + health_api.ROUTES
+    + oauth_api.ROUTES + oauth_device_pages.ROUTES + oauth_pages.ROUTES + sso_pages.ROUTES + account_pages.ROUTES
 )
 
 

@@ -155,11 +155,18 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "previous_jwt_secrets": Field("str_list", [], _secrets),
         "secret_file": Field("str", "jwt.secret", _non_empty),
         "token_lifetime": Field("int", 0, _range(0)),
+        # Seconds an access token that comes with a refresh token lives (a password login asking
+        # refresh_token: true, POST /refresh, the refresh tokens moved from a Synapse).
+        "refreshable_token_lifetime": Field("int", 300, _range(30, 86400)),
         "bcrypt_rounds": Field("int", 12, _range(4, 31)),
         # Threads checking passwords; 0 means one per CPU core.
         "bcrypt_workers": Field("int", 0, _range(0, 256)),
         # Password checks running or waiting at once; more logins get 429 at once.
         "max_pending_logins": Field("int", 64, _range(1)),
+        # Synapse's password_config.pepper, for the password hashes moved from a Synapse
+        # (`migrate-synapse run`), or a file holding it; one of the two, not both.
+        "synapse_pepper": Field("str", ""),
+        "synapse_pepper_file": Field("str", ""),
     },
     "backend": {
         "type": Field("str", "file", _non_empty),

@@ -35,10 +35,14 @@ from homeserver.inflight import InFlight
 from homeserver.login import LoginService
 from homeserver.metrics import Metrics
 from homeserver.oauth import OAuth, build_oauth
+from homeserver.oauth.grants import Grants
 from homeserver.passwords import PasswordChecker
 from homeserver.proxies import ClientAddress
 from homeserver.ratelimit import LoginLimits
+from homeserver.refresh import LegacyRefresh
 from homeserver.sessions import Sessions
+from homeserver.sso import LoginTokens
+from homeserver.synapse_passwords import load_pepper
 from homeserver.tokens import TokenIssuer, load_secret
 from homeserver.uia import UserInteractiveAuth
 from homeserver.users import Users
@@ -80,9 +84,14 @@ class HomeServer:
     devices: Devices
     auth: Auth
     login: LoginService
+    # POST /refresh: the refresh tokens of password logins and of a Synapse moved here.
+    refresh: LegacyRefresh
     # The OAuth 2.0 API (homeserver.oauth); None when `[oauth]` is off.
     oauth: OAuth | None
     account_page: AccountPage
+    # Legacy clients' browser sign-in (MSC3824): its login tokens; None unless `[mfa]` or
+    # `[oauth]` is on (homeserver.sso).
+    login_tokens: LoginTokens | None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
 
     async def start(self) -> None:
@@ -136,7 +145,10 @@ def build_homeserver(
     settings = config.section("auth")
     tokens = TokenIssuer(load_secret(config), settings["token_lifetime"], previous=settings["previous_jwt_secrets"])
     credentials = build_credentials(config, tokens.secret)
-    checker = PasswordChecker(settings["bcrypt_workers"], settings["max_pending_logins"], settings["bcrypt_rounds"])
+    checker = PasswordChecker(
+        settings["bcrypt_workers"], settings["max_pending_logins"], settings["bcrypt_rounds"],
+        synapse_pepper=load_pepper(config),
+    )
     limits = LoginLimits.from_config(
         config.section("rate_limit"),
         shared=session_store.buckets(),
@@ -145,21 +157,32 @@ def build_homeserver(
     uia = UserInteractiveAuth(tokens.secret, users, checker, limits, server_name)
 
     # Sessions, and what follows every end of one: Synapse told (delegation), the account
-    # page's browser sessions ended with all of a user's, an OAuth grant's refresh token with
-    # its access token.
-    grants = session_store.oauth() if config.get("oauth", "enabled") else None
+    # page's browser sessions ended with all of a user's, a grant's refresh token with its
+    # access token (grants: OAuth's, and those of logins that ask for one or moved from a Synapse).
+    grants = session_store.oauth()
     sessions = build_sessions(config, session_store, metrics, grants=grants)
     delegation = build_delegation(config, sessions, metrics)
     browser_sessions = session_store.browser_sessions()
     devices = Devices(sessions, uia, delegation, credentials, browser_sessions=browser_sessions, grants=grants)
-    # Issue 35 gives the users an admin deactivated at Synapse (the migration's list) here.
-    sweeper = build_sweeper(delegation, users, devices, metrics, deactivated_at_synapse=None)
+    # The directory sweep leaves alone the users an admin deactivated at Synapse (a move's list).
+    sweeper = build_sweeper(delegation, users, devices, metrics, deactivated_at_synapse=session_store.imported())
 
     # The services the handlers call.
-    auth = Auth(tokens, sessions, users, server_name, credentials, end_stale=devices.end_stale)
+    auth = Auth(
+        tokens, sessions, users, server_name, credentials, end_stale=devices.end_stale,
+        imported_token_user=session_store.imported().token_user,
+    )
+    login_tokens = None
+    if config.get("mfa", "enabled") or config.get("oauth", "enabled"):
+        login_tokens = LoginTokens(
+            session_store.login_tokens(), users=users, credentials=credentials, browser_sessions=browser_sessions
+        )
+    refresh = build_refresh(config, session_store, users=users, devices=devices, credentials=credentials,
+                            tokens=tokens, delegation=delegation)
     login = LoginService(
         users=users, tokens=tokens, checker=checker, sessions=sessions, server_name=server_name, limits=limits,
-        metrics=metrics, credentials=credentials, delegation=delegation,
+        metrics=metrics, credentials=credentials, delegation=delegation, login_tokens=login_tokens,
+        deactivated=session_store.imported().is_deactivated, refresh=refresh,
     )
     oauth = build_oauth(
         config, session_store, users=users, devices=devices, credentials=credentials, tokens=tokens,
@@ -192,8 +215,10 @@ def build_homeserver(
         devices=devices,
         auth=auth,
         login=login,
+        refresh=refresh,
         oauth=oauth,
         account_page=account_page,
+        login_tokens=login_tokens,
     )
 
 
@@ -278,6 +303,26 @@ def build_sessions(
         metrics=metrics,
         grants=grants,
     )
+
+
+def build_refresh(
+    config: Config,
+    session_store: SessionStore,
+    *,
+    users: Users,
+    devices: Devices,
+    credentials: Credentials,
+    tokens: TokenIssuer,
+    delegation: Delegation | None,
+) -> LegacyRefresh:
+    """The refresh tokens outside OAuth (homeserver.refresh): grants of the client `legacy`, whose
+    access tokens live `[auth] refreshable_token_lifetime`."""
+    issuer = TokenIssuer(tokens.secret, config.get("auth", "refreshable_token_lifetime"), previous=tokens.keys[1:])
+    grants = Grants(
+        session_store.oauth(), sessions=devices.sessions, devices=devices, users=users, credentials=credentials,
+        tokens=issuer, delegation=delegation,
+    )
+    return LegacyRefresh(grants, credentials)
 
 
 def build_delegation(config: Config, sessions: Sessions, metrics: Metrics | None = None) -> Delegation | None:

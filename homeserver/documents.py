@@ -10,6 +10,7 @@ from typing import Any
 from homeserver.config import Config
 from homeserver.jsonio import encode_json
 from homeserver.oauth.metadata import ACCOUNT_PATH, INTROSPECTION_PATH, server_metadata
+from homeserver.sso import IDP_ID, LOGIN_TOKEN_TYPE, SSO_TYPE
 
 ROOM_VERSIONS = {str(v): "stable" for v in range(1, 12)}
 
@@ -67,7 +68,9 @@ class Documents:
                 }
             ),
             versions=encode_json({"versions": ["v1.12"]}),
-            login_flows=encode_json({"flows": [{"type": "m.login.password"}]}),
+            login_flows=encode_json(
+                login_flows(server["server_name"], browser=bool(config.get("mfa", "enabled") or oauth), oauth=oauth)
+            ),
             support_page=support_page(server["server_name"], support),
             capabilities=encode_json(
                 {
@@ -86,6 +89,23 @@ class Documents:
             server_metadata=encode_json(metadata) if metadata is not None else None,
             openid_configuration=encode_json(openid) if openid is not None else None,
         )
+
+
+def login_flows(server_name: str, *, browser: bool, oauth: bool) -> dict[str, Any]:
+    """GET /login's answer: the specification's one `m.login.password` flow; with a browser
+    sign-in (`[mfa]` or `[oauth]` on, MSC3824) also `m.login.sso`, with our one identity
+    provider (an empty list breaks older clients: cinny#1931, element-android#6827) and, with
+    OAuth, `oauth_aware_preferred` (Matrix v1.18; MSC3824's unstable name too), and
+    `m.login.token`, which the browser sign-in's redirect carries. `m.login.password` stays:
+    clients that cannot open a browser (bots, scripts) keep it, for people without a second factor."""
+    flows: list[dict[str, Any]] = [{"type": "m.login.password"}]
+    if browser:
+        sso: dict[str, Any] = {"type": SSO_TYPE, "identity_providers": [{"id": IDP_ID, "name": server_name}]}
+        if oauth:
+            sso["oauth_aware_preferred"] = True
+            sso["org.matrix.msc3824.delegated_oidc_compatibility"] = True
+        flows += [sso, {"type": LOGIN_TOKEN_TYPE}]
+    return {"flows": flows}
 
 
 def support_page(server_name: str, support: dict[str, Any]) -> bytes:

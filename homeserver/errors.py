@@ -33,6 +33,7 @@ __all__ = [
     "M_UNKNOWN",
     "M_UNKNOWN_TOKEN",
     "M_UNRECOGNIZED",
+    "M_USER_DEACTIVATED",
     "M_USER_LOCKED",
     "ConfigError",
     "HTTPProblem",
@@ -48,6 +49,7 @@ __all__ = [
     "too_large",
     "unknown_token",
     "unrecognized",
+    "user_deactivated",
     "user_locked",
 ]
 
@@ -65,6 +67,7 @@ M_UNKNOWN = "M_UNKNOWN"
 M_UNKNOWN_TOKEN = "M_UNKNOWN_TOKEN"
 M_UNRECOGNIZED = "M_UNRECOGNIZED"
 M_USER_LOCKED = "M_USER_LOCKED"
+M_USER_DEACTIVATED = "M_USER_DEACTIVATED"
 
 
 class HTTPProblem(Exception):
@@ -143,6 +146,11 @@ def unknown_token(message: str = "Unrecognised access token.", *, soft_logout: b
 def user_locked() -> MatrixError:
     """A locked account (v1.12 "Account locking"): the client keeps its session and device."""
     return MatrixError(401, M_USER_LOCKED, "User account has been locked", soft_logout=True)
+
+
+def user_deactivated() -> MatrixError:
+    """A user Synapse had deactivated when it moved here (as Synapse answers a password login)."""
+    return MatrixError(403, M_USER_DEACTIVATED, "This account has been deactivated")
 
 
 def store_unavailable(exc: StoreUnavailable) -> MatrixError:

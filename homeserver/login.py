@@ -1,19 +1,37 @@
-"""The password login: request checks, then the specification's rules 1-6 in their order."""
+"""The password login: request checks, then the specification's rules 1-6 in their order; and
+the token login (`m.login.token`, MSC3824), whose login token a browser sign-in made
+(homeserver.sso), opening its session on the same path."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from backends.base import User
+from backends.sessions.login_tokens import LoginTokenRecord
 from homeserver import audit
 from homeserver.credentials import Credentials
 from homeserver.devices import MAX_SYNAPSE_DEVICE_ID, new_device_id
-from homeserver.errors import M_FORBIDDEN, M_UNKNOWN, M_USER_LOCKED, MatrixError, user_locked
+from homeserver.errors import (
+    M_FORBIDDEN,
+    M_UNKNOWN,
+    M_USER_DEACTIVATED,
+    M_USER_LOCKED,
+    MatrixError,
+    user_deactivated,
+    user_locked,
+)
 from homeserver.jsonio import decode_json_object
-from homeserver.login_request import DEFAULT_DEVICE_ID, MAX_DEVICE_ID, LoginRequest, parse_login
+from homeserver.login_request import (
+    DEFAULT_DEVICE_ID,
+    MAX_DEVICE_ID,
+    TOKEN_LOGIN_TYPE,
+    LoginRequest,
+    parse_login,
+    parse_token_login,
+)
 from homeserver.names import local_name, possible_name, user_id
 from homeserver.passwords import PasswordChecker, check_password, waste_password_check
 from homeserver.ratelimit import LoginLimits
@@ -23,11 +41,14 @@ from homeserver.users import Users
 
 if TYPE_CHECKING:
     from homeserver.metrics import Metrics
+    from homeserver.refresh import LegacyRefresh
 
 logger = logging.getLogger(__name__)
 
 UNKNOWN_USER = "Invalid username"
 BAD_PASSWORD = "Invalid username or password"
+# The audit trail's reason for a token login.
+TOKEN_VIA = "login token (browser sign-in)"
 
 
 class LoginRefused(MatrixError):
@@ -45,6 +66,14 @@ class SynapseLogins(Protocol):
     def login(self, user: User, device_id: str, display_name: str | None) -> AbstractAsyncContextManager[None]: ...
 
 
+class TokenLogins(Protocol):
+    """What a token login needs of the login tokens (homeserver.sso.LoginTokens)."""
+
+    async def take(self, token: str) -> tuple[User, LoginTokenRecord]: ...
+
+    async def give_back(self, token: str, record: LoginTokenRecord) -> None: ...
+
+
 # A session opener: (user, request, token, client address, whether the client named the
 # device, fingerprints) -> the session recorded.
 Opener = Callable[[User, LoginRequest, str, str, bool, dict[str, str | None]], Awaitable[None]]
@@ -59,6 +88,8 @@ def login_outcome(error: BaseException | None) -> str:
     if isinstance(error, MatrixError):
         if error.errcode == M_USER_LOCKED:
             return "locked"
+        if error.errcode == M_USER_DEACTIVATED:
+            return "deactivated"
         if error.status == 429:
             return "rate_limited"
         if error.status < 500 and error.status != 403:
@@ -97,6 +128,9 @@ class LoginService:
         metrics: Metrics | None = None,
         credentials: Credentials | None = None,
         delegation: SynapseLogins | None = None,
+        login_tokens: TokenLogins | None = None,
+        deactivated: Callable[[str], Awaitable[bool]] | None = None,
+        refresh: LegacyRefresh | None = None,
     ) -> None:
         self.users = users
         self.tokens = tokens
@@ -107,6 +141,13 @@ class LoginService:
         self.metrics = metrics
         self.credentials = credentials
         self.delegation = delegation
+        # `m.login.token` (with `[mfa]` or `[oauth]`, MSC3824); None: only passwords.
+        self.login_tokens = login_tokens
+        # Whether Synapse had deactivated a user when it moved here (the session store's
+        # ImportedState.is_deactivated): refused for good, whatever the user store says.
+        self.deactivated = deactivated
+        # The refresh tokens of logins that ask `refresh_token: true` (homeserver.refresh).
+        self.refresh = refresh
         # The device id of a login that names none, the longest one a client may name, and
         # where the session opens: chosen once, by whether Synapse is behind this server.
         self._new_device_id: Callable[[], str]
@@ -120,7 +161,7 @@ class LoginService:
             self._new_device_id, self._max_device_id = new_device_id, MAX_SYNAPSE_DEVICE_ID
             self._open = self._open_at_synapse
 
-    async def login(self, body: bytes, client_ip: str) -> dict[str, str]:
+    async def login(self, body: bytes, client_ip: str) -> dict[str, Any]:
         """Check the request body (JSON), apply rules 1-6; return the login response or raise the rule's MatrixError."""
         attempt: dict[str, str] = {}
         try:
@@ -172,24 +213,88 @@ class LoginService:
             reason=attempt.get("via"),
         )
 
-    async def _login(self, body: bytes, client_ip: str, attempt: dict[str, str]) -> dict[str, str]:
+    async def _login(self, body: bytes, client_ip: str, attempt: dict[str, str]) -> dict[str, Any]:
         await self.limits.check_address(client_ip)
         fresh = self._new_device_id()
-        request = parse_login(decode_json_object(body), self.server_name, fresh, max_device_id=self._max_device_id)
+        fields = decode_json_object(body)
+        if self.login_tokens is not None and fields.get("type") == TOKEN_LOGIN_TYPE:
+            return await self._token_login(fields, fresh, client_ip, attempt)
+        request = parse_login(fields, self.server_name, fresh, max_device_id=self._max_device_id)
         attempt.update(typed=_typed(request), device=request.device_id)
         attempt["via"] = "password, by e-mail address" if request.email is not None else "password"
         user, token = await self._verify(request, attempt, issue=True)
+        if request.refresh_token and self.refresh is not None:
+            return await self._with_refresh(user, request, client_ip, attempt)
+        await self._open(user, request, token, client_ip, request.device_id != fresh, self._fingerprints(user))
+        return self._response(user, token, request.device_id)
+
+    def _fingerprints(self, user: User) -> dict[str, str | None]:
+        """The fingerprints of the credential a new session of the user is opened with."""
         fingerprint = self.credentials.of(user) if self.credentials is not None else None
-        fingerprints = {
+        return {
             "identity_fp": fingerprint.identity if fingerprint else None,
             "password_fp": fingerprint.password if fingerprint else None,
         }
-        await self._open(user, request, token, client_ip, request.device_id != fresh, fingerprints)
+
+    def _response(self, user: User, token: str, device_id: str) -> dict[str, str]:
         return {
             "user_id": user_id(user.name, self.server_name),
             "access_token": token,
             "home_server": self.server_name,
-            "device_id": request.device_id,
+            "device_id": device_id,
+        }
+
+    async def _token_login(
+        self, fields: dict[str, object], fresh: str, client_ip: str, attempt: dict[str, str]
+    ) -> dict[str, str]:
+        """`m.login.token`: the login token taken (once; 403 M_FORBIDDEN when unknown, used or
+        expired), then the session opened as a password login's (the device, Synapse told
+        first under delegation, the audit line). A login that cannot finish for the server's
+        sake (the store or Synapse away) gives the token back for the client's retry."""
+        assert self.login_tokens is not None
+        request = parse_token_login(dict(fields), fresh, max_device_id=self._max_device_id)
+        attempt.update(device=request.device_id, via=TOKEN_VIA)
+        user, record = await self.login_tokens.take(request.token)
+        attempt["user"] = user.name
+        token = self._make_token(user.name, request.device_id)
+        opening = LoginRequest(user=user.name, password="", device_id=request.device_id,
+                               display_name=request.display_name)
+        # The session records what the browser sign-in's second step was (record.second_factor,
+        # copied from the browser session when the token was made): [mfa] gives sessions that
+        # field (issue 38), which goes in beside the fingerprints here.
+        fingerprints = self._fingerprints(user)
+        try:
+            await self._open(user, opening, token, client_ip, request.device_id != fresh, fingerprints)
+        except Exception as exc:
+            if not (isinstance(exc, MatrixError) and exc.status < 500):
+                await self._give_back(request.token, record)
+            raise
+        return self._response(user, token, request.device_id)
+
+    async def _give_back(self, token: str, record: LoginTokenRecord) -> None:
+        assert self.login_tokens is not None
+        try:
+            await self.login_tokens.give_back(token, record)
+        except Exception as exc:  # the store still away: the person signs in again
+            logger.warning("a login token of %r could not be kept for a retry: %r", record.user, exc)
+
+    async def _with_refresh(
+        self, user: User, request: LoginRequest, client_ip: str, attempt: dict[str, str]
+    ) -> dict[str, Any]:
+        """A login that asked for a refresh token (spec v1.3): a grant of its device, whose access
+        token expires (homeserver.refresh). A refresh token is one device's, so a login that
+        names no device gets one of its own, never the DUMMY every other such login shares."""
+        assert self.refresh is not None
+        device_id = request.device_id if request.named_device or self.delegation is not None else new_device_id()
+        attempt["device"] = device_id
+        issued = await self.refresh.open(user, device_id, request.display_name, client_ip)
+        return {
+            "user_id": user_id(user.name, self.server_name),
+            "access_token": issued.access_token,
+            "home_server": self.server_name,
+            "device_id": device_id,
+            "refresh_token": issued.refresh_token,
+            "expires_in_ms": self.refresh.expires_in_ms,
         }
 
     async def _open_here(
@@ -231,6 +336,8 @@ class LoginService:
         token, naming that user) and 4-5 apply unchanged. The lock is checked last, as
         Synapse's `_complete_login` does: an unknown name and a wrong password answer as
         for anyone; a locked account gets no session, and with delegation Synapse is not asked.
+        A user Synapse had deactivated when it moved here is refused after the password too,
+        as Synapse refuses one (403 M_USER_DEACTIVATED).
         """
         if request.email is not None:
             user, token, counted = await self._by_email(request, issue)
@@ -241,6 +348,8 @@ class LoginService:
                 await self.limits.record_failure(key)
             raise LoginRefused(BAD_PASSWORD, "bad_password")
         attempt["user"] = user.name
+        if self.deactivated is not None and await self.deactivated(user.name):
+            raise user_deactivated()
         if user.locked:
             raise user_locked()
         return user, token

@@ -9,6 +9,7 @@ from homeserver.errors import M_UNKNOWN, MatrixError, invalid_param, missing_par
 from homeserver.names import local_name
 
 LOGIN_TYPE = "m.login.password"
+TOKEN_LOGIN_TYPE = "m.login.token"
 DEFAULT_DEVICE_ID = "DUMMY"
 MAX_DEVICE_ID = 512
 # A device's display name, as Synapse bounds it.
@@ -22,6 +23,17 @@ class LoginRequest:
     device_id: str
     display_name: str | None = None  # initial_device_display_name
     email: str | None = None  # the address of an m.id.thirdparty (medium "email") login
+    refresh_token: bool = False  # the client asks for a refresh token (spec v1.3)
+    named_device: bool = True  # the client named its device (False: `default_device_id` was given)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLoginRequest:
+    """An `m.login.token` login: the login token a browser sign-in handed back (homeserver.sso)."""
+
+    token: str
+    device_id: str
+    display_name: str | None = None
 
 
 def _string(body: dict[str, Any], key: str, where: str | None = None) -> str | None:
@@ -42,6 +54,28 @@ def _third_party(holder: dict[str, Any], where: str) -> str:
     if address is None:
         raise missing_param(f"{where}address")
     return address
+
+
+def _device(body: dict[str, Any], max_device_id: int) -> tuple[str | None, str | None]:
+    """The device a login names (None: a new one) and its initial display name, checked."""
+    device_id = _string(body, "device_id")
+    if device_id is not None and not 0 < len(device_id) <= max_device_id:
+        raise invalid_param("device_id", f"a string of 1 to {max_device_id} characters")
+    display_name = _string(body, "initial_device_display_name")
+    if display_name is not None and len(display_name) > MAX_DISPLAY_NAME:
+        raise invalid_param("initial_device_display_name", f"at most {MAX_DISPLAY_NAME} characters")
+    return device_id, display_name
+
+
+def parse_token_login(
+    body: dict[str, Any], default_device_id: str = DEFAULT_DEVICE_ID, max_device_id: int = MAX_DEVICE_ID
+) -> TokenLoginRequest:
+    """Check an `m.login.token` login body's shape (the device as `parse_login` checks it)."""
+    token = _string(body, "token")
+    if token is None:
+        raise missing_param("token")
+    device_id, display_name = _device(body, max_device_id)
+    return TokenLoginRequest(token=token, device_id=device_id or default_device_id, display_name=display_name)
 
 
 def parse_login(
@@ -90,12 +124,10 @@ def parse_login(
     if password is None:
         raise missing_param("password")
 
-    device_id = _string(body, "device_id")
-    if device_id is not None and not 0 < len(device_id) <= max_device_id:
-        raise invalid_param("device_id", f"a string of 1 to {max_device_id} characters")
-    display_name = _string(body, "initial_device_display_name")
-    if display_name is not None and len(display_name) > MAX_DISPLAY_NAME:
-        raise invalid_param("initial_device_display_name", f"at most {MAX_DISPLAY_NAME} characters")
+    device_id, display_name = _device(body, max_device_id)
+    refresh_token = body.get("refresh_token", False)
+    if not isinstance(refresh_token, bool):
+        raise invalid_param("refresh_token", "true or false")
 
     # A full user ID of this server is reduced to its name; any other text is a name.
     return LoginRequest(
@@ -104,4 +136,6 @@ def parse_login(
         device_id=device_id or default_device_id,
         display_name=display_name,
         email=email,
+        refresh_token=refresh_token,
+        named_device=device_id is not None,
     )

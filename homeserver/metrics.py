@@ -40,8 +40,8 @@ class Metrics:
         )
         self.logins = Counter(
             "homeserver_logins",
-            "Password logins by outcome: success, unknown_user, bad_password, locked, rate_limited, bad_request, "
-            "error.",
+            "Logins (password and login token) by outcome: success, unknown_user, bad_password, bad_token, locked, "
+            "deactivated, rate_limited, bad_request, error.",
             ["outcome"],
             registry=self.registry,
         )

@@ -12,23 +12,28 @@ from typing import TYPE_CHECKING
 
 import bcrypt
 
-from backends.base import User
-from backends.hashes import stored_password_problem
+from backends.base import SYNAPSE_SCHEME, User
+from backends.hashes import MAX_PASSWORD_BYTES, HashDecodeError, stored_password_problem
 from homeserver.errors import M_LIMIT_EXCEEDED, M_UNKNOWN, MatrixError
+from homeserver.synapse_passwords import check_synapse_password
 
 if TYPE_CHECKING:
     from homeserver.users import Users
 
 logger = logging.getLogger(__name__)
 
-# bcrypt only looks at the first 72 bytes of a password; bcrypt 5 raises on longer
-# input instead of cutting it, so cut it ourselves. Hashes made by older bcrypt (which
-# cut silently), htpasswd or Synapse then still verify.
-MAX_PASSWORD_BYTES = 72
-
-
-class HashDecodeError(Exception):
-    """The stored password text is not hex, or decodes to something that is not bcrypt."""
+__all__ = [
+    "MAX_PASSWORD_BYTES",
+    "HashDecodeError",
+    "Overloaded",
+    "PasswordChecker",
+    "check",
+    "check_password",
+    "hash_password",
+    "overloaded",
+    "password_bytes",
+    "waste_password_check",
+]
 
 
 def password_bytes(password: str) -> bytes:
@@ -75,24 +80,33 @@ class PasswordChecker:
     instead of queueing, so a login flood cannot grow memory or latency without bound.
     """
 
-    def __init__(self, workers: int = 0, max_pending: int = 64, rounds: int = 12) -> None:
+    def __init__(self, workers: int = 0, max_pending: int = 64, rounds: int = 12, synapse_pepper: str = "") -> None:
         self.workers = workers or os.cpu_count() or 1
         self.max_pending = max_pending
         self.pending = 0
         self.rounds = rounds  # the cost of the stand-in hash `waste` checks against
+        # Synapse's `password_config.pepper`, for the records moved from it (`[auth] synapse_pepper`).
+        self.synapse_pepper = synapse_pepper
         self._stand_in: bytes | None = None
         self.wasted = 0  # checks made against the stand-in (tests count them)
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.workers, thread_name_prefix="bcrypt", initializer=_lower_priority
         )
 
-    async def check(self, password: str, hashed: bytes) -> bool:
+    async def check(self, password: str, hashed: bytes, *, scheme: str | None = None) -> bool:
+        """The password against a bcrypt hash, on the pool: this server's way, or Synapse's
+        (`scheme` "synapse": NFKC and its pepper) for a record moved from it."""
         if self.pending >= self.max_pending:
             raise Overloaded()
         self.pending += 1
         logger.debug("password check queued (%d pending)", self.pending)
+        loop = asyncio.get_running_loop()
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._pool, check, password, hashed)
+            if scheme == SYNAPSE_SCHEME:
+                return await loop.run_in_executor(
+                    self._pool, check_synapse_password, password, hashed, self.synapse_pepper
+                )
+            return await loop.run_in_executor(self._pool, check, password, hashed)
         finally:
             self.pending -= 1
 
@@ -139,9 +153,10 @@ async def check_password(users: Users, checker: PasswordChecker, user: User, pas
     if stored is None or problem is not None:
         raise _decoding_failed(users, user, problem or "no password stored")
     hashed = bytes.fromhex(stored)
-    # Rule 5: bcrypt, on the password pool, never on the event loop.
+    # Rule 5: bcrypt, on the password pool, never on the event loop; with Synapse's pepper and
+    # normalisation for a record moved from it (its `password_scheme`), and only for those.
     try:
-        return await checker.check(password, hashed)
+        return await checker.check(password, hashed, scheme=user.password_scheme)
     except HashDecodeError as exc:
         raise _decoding_failed(users, user, str(exc)) from None
     except Overloaded:

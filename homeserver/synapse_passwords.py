@@ -12,18 +12,38 @@ both UTF-8 (strict: a lone surrogate raises), cut to bcrypt's 72 bytes, with
 - a password holding a lone surrogate (JSON allows "\\ud800") matches no Synapse hash:
   Synapse could not have made one for it.
 
-Nothing else changes for this server's own records (homeserver/passwords.py): there the
-password is not normalised and no pepper is added. Blocking, like `passwords.check`: run
-it on the password pool.
+A record moved from Synapse says so (`password_scheme: "synapse"`, backends.base.User), and
+the one password check every form uses (homeserver.passwords.check_password) checks it
+here, with the pepper of `[auth] synapse_pepper` or `synapse_pepper_file` (`load_pepper`).
+Nothing else changes for this server's own records: there the password is not normalised
+and no pepper is added. Blocking, like `passwords.check`: run it on the password pool.
 """
 
 from __future__ import annotations
 
 import unicodedata
+from typing import TYPE_CHECKING
 
 import bcrypt
 
-from homeserver.passwords import MAX_PASSWORD_BYTES, HashDecodeError
+from backends.base import ConfigError
+from backends.hashes import MAX_PASSWORD_BYTES, HashDecodeError
+from backends.secret_file import read_secret_file
+
+if TYPE_CHECKING:
+    from homeserver.config import Config
+
+
+def load_pepper(config: Config) -> str:
+    """Synapse's pepper as `[auth] synapse_pepper` or `synapse_pepper_file` gives it ("" for
+    none). The file's text is taken as it is but for the line ending an editor adds: a
+    pepper is any text, and Synapse appends it whole."""
+    pepper, path = config.get("auth", "synapse_pepper"), config.get("auth", "synapse_pepper_file")
+    if pepper and path:
+        raise ConfigError("auth.synapse_pepper and auth.synapse_pepper_file: give one of them, not both")
+    if path:
+        return read_secret_file("auth.synapse_pepper_file", config.resolve_path(path), strip=False)
+    return str(pepper)
 
 
 def synapse_password_bytes(password: str, pepper: str = "") -> bytes | None:

@@ -49,6 +49,8 @@ SAMPLES = [
     "/_matrix/client/versions?x=1", "/.well-known/matrix/clientX", "/health/ready/", "/oauth2/introspect/x",
     "/account/authorize", "/account/device", "/oauth2/token", "/oauth2/device", "/oauth2/registration",
     "/.well-known/oauth-authorization-server", "/_matrix/client/v1/auth_metadata",
+    "/account/sso", "/account/ssoX", "/_matrix/client/v3/login/sso/redirect", "/_matrix/client/r0/login/sso/redirect/",
+    "/_matrix/client/v3/login/sso/redirect/oidc-x", "/_matrix/client/v3/login/sso/redirect/a/b",
 ]
 
 

@@ -8,6 +8,8 @@ each (as MAS's `RepositoryAccess`: `repo.browser_session()`, `repo.oauth2_sessio
     store.browser_sessions()  -> BrowserSessions  the account page's sign-ins
     store.buckets()           -> RateBuckets      login rate-limit buckets every process shares
     store.delegation()        -> DelegationState  what Synapse was told (`[delegation]`)
+    store.login_tokens()      -> LoginTokenStore  legacy clients' login tokens (MSC3824)
+    store.imported()          -> ImportedState    a Synapse moved here: its tokens, its deactivated users
 
 A door returns the same object every time, built with the store on its own connection; a
 caller takes the part it needs and never tests the store's class.
@@ -18,6 +20,8 @@ Interfaces, one module each, here:
   close, check_health) and the doors; records.py: the `Session` and `Device` records;
 - oauth.py: `OAuthStore` (and `Grant`, `DeviceAuthorization`); browser.py: `BrowserSessions`
   (and `BrowserSession`); buckets.py: `RateBuckets`; delegation.py: `DelegationState`;
+  login_tokens.py: `LoginTokenStore` (and `LoginTokenRecord`);
+  imported.py: `ImportedState` (and `ImportBatch`);
 - factors.py: `FactorStore`, the second factors (issue 38), no store's part yet: it gets
   its door and one file per store as below.
 
@@ -27,7 +31,8 @@ Implementations, one folder per store, one file per concern:
   (`SqliteFile`, the session file: its writer thread and transactions, the loop's read
   connection, the purge; `SqlitePart`, what every part stands on), changes.py (the change
   counter processes share), schema.py (the tables, in numbered migrations), then one file per
-  part: oauth.py with oauth_device.py, browser.py, buckets.py, delegation.py;
+  part: oauth.py with oauth_device.py, browser.py, buckets.py, delegation.py, login_tokens.py,
+  imported.py;
 - redis/: store.py (`RedisSessionStore`), part.py (`RedisPart`: the connection, the key
   prefix, `script`; `user_base`, the hash tag of a user's keys), scripts.py (the sessions'
   Lua scripts), then one file per part, as SQLite's (each with its own scripts and keys).
@@ -56,6 +61,8 @@ from backends.sessions.base import SessionStore
 from backends.sessions.browser import BrowserSessions
 from backends.sessions.buckets import RateBuckets
 from backends.sessions.delegation import DelegationState
+from backends.sessions.imported import ImportBatch, ImportedState
+from backends.sessions.login_tokens import LoginTokenRecord, LoginTokenStore
 from backends.sessions.oauth import OAuthStore
 from backends.sessions.records import Device, Session
 
@@ -63,6 +70,10 @@ __all__ = [
     "BrowserSessions",
     "DelegationState",
     "Device",
+    "ImportBatch",
+    "ImportedState",
+    "LoginTokenRecord",
+    "LoginTokenStore",
     "OAuthStore",
     "RateBuckets",
     "Session",

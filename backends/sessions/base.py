@@ -10,6 +10,8 @@ from typing import Any, ClassVar
 from backends.sessions.browser import BrowserSessions
 from backends.sessions.buckets import RateBuckets
 from backends.sessions.delegation import DelegationState
+from backends.sessions.imported import ImportedState
+from backends.sessions.login_tokens import LoginTokenStore
 from backends.sessions.oauth import OAuthStore
 from backends.sessions.records import Device, Session
 
@@ -25,8 +27,9 @@ class SessionStore(abc.ABC):
     Used by homeserver.sessions (open, check, end) and homeserver.devices (list, rename).
 
     Its other parts are reached through it, one door each (`oauth()`, `browser_sessions()`,
-    `buckets()`, `delegation()`): each returns the same object every time, built with the
-    store on its own connection (usable once the store is started), never a cast of the store.
+    `buckets()`, `delegation()`, `login_tokens()`, `imported()`): each returns the same object
+    every time, built with the store on its own connection (usable once the store is started),
+    never a cast of the store.
     """
 
     #: the name under which the store is registered (`[sessions] store`)
@@ -63,6 +66,14 @@ class SessionStore(abc.ABC):
     @abc.abstractmethod
     def delegation(self) -> DelegationState:
         """What Synapse was told, when this server is its authentication service (delegation.py)."""
+
+    @abc.abstractmethod
+    def login_tokens(self) -> LoginTokenStore:
+        """The login tokens of legacy clients' browser sign-ins (MSC3824, login_tokens.py)."""
+
+    @abc.abstractmethod
+    def imported(self) -> ImportedState:
+        """A Synapse moved here: the tokens carried, the users it had deactivated (imported.py)."""
 
     # -- sessions and devices ------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """The command line (`run.py`): one module per command group, each adding its commands to the
 parser (serve, the default; users: hash-password, add-user, lock, unlock; sessions: list, revoke,
-adopt, issue; delegation: sync). The commands build what they need with the server's own
-assembly (homeserver.context), on a running server's stores (homeserver.cli.stores)."""
+adopt, issue; delegation: sync; migrate: migrate-synapse check and run). The commands build
+what they need with the server's own assembly (homeserver.context), on a running server's
+stores (homeserver.cli.stores)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from homeserver import __version__
-from homeserver.cli import delegation, serve, sessions, sessions_adopt, sessions_issue, users
+from homeserver.cli import delegation, migrate, serve, sessions, sessions_adopt, sessions_issue, users
 from homeserver.cli.common import CommandError, UnknownTarget
 from homeserver.errors import ConfigError, StoreDataError, StoreUnavailable
 from homeserver.process.early_signals import EARLY
@@ -22,7 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", help="TOML config file (default: conf/homeserver.toml)")
     serve.add_options(parser)
     sub = parser.add_subparsers(
-        title="commands", metavar="{serve,hash-password,add-user,lock,unlock,sessions,delegation}"
+        title="commands",
+        metavar="{serve,hash-password,add-user,lock,unlock,sessions,delegation,migrate-synapse}",
     )
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
@@ -36,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     sessions_adopt.add_command(actions)
     sessions_issue.add_command(actions)
     delegation.add_commands(command)
+    migrate.add_commands(command)
     return parser
 
 

@@ -59,7 +59,8 @@ async def sweep_all(
         try:
             devices = Devices(sessions, delegation=delegation, credentials=server_credentials(config),
                               browser_sessions=store.browser_sessions())
-            sweeper = build_sweeper(delegation, Users(backend), devices, on_demand=True)
+            sweeper = build_sweeper(delegation, Users(backend), devices, on_demand=True,
+                                    deactivated_at_synapse=store.imported())
             assert sweeper is not None  # delegation is on: said above
             report = await sweeper.sweep_now(dry_run=dry_run, allow_deactivations=allow_deactivations, out=out)
         finally:

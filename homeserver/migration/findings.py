@@ -7,7 +7,9 @@ from __future__ import annotations
 from backends.synapse.config import LDAP3_MODULES, SynapseConfig
 from backends.synapse.rows import TokenFate
 from homeserver.config import Config
+from homeserver.errors import ConfigError
 from homeserver.migration.survey import Survey
+from homeserver.synapse_passwords import load_pepper
 
 Found = list[tuple[str, str]]
 
@@ -52,8 +54,12 @@ def from_config(synapse: SynapseConfig, config: Config) -> Found:
                                  + ": Synapse refuses it under delegation; after the switch accounts are made in "
                                  "this server's user store (add-user, or the directory)"))
     if synapse.pepper and not directory:
+        missing = "" if _our_pepper(config) == synapse.pepper else (
+            "; this server's [auth] synapse_pepper (or synapse_pepper_file) does not hold it yet: until it does, "
+            "no moved password works")
         found.append(("warning", "Synapse's passwords carry a pepper (password_config.pepper): the moved password "
-                                 "hashes are checked with it, so it moves here too and must stay secret and unchanged"))
+                                 "hashes are checked with it, so it moves here too and must stay secret and unchanged"
+                                 + missing))
     if synapse.ldap3 and not directory:
         found.append(("warning", "matrix-synapse-ldap3 is configured in Synapse, but this server's user store is "
                                  f"{config.get('backend', 'type')!r}: directory users can log in here only with "
@@ -71,6 +77,14 @@ def from_config(synapse: SynapseConfig, config: Config) -> Found:
         found.append(("warning", f"Synapse's config sets {', '.join(refused)}, which it refuses to start with under "
                                  "delegation: remove them at the switch"))
     return found
+
+
+def _our_pepper(config: Config) -> str:
+    """This server's `[auth] synapse_pepper` (or its file's); "" when it cannot be read."""
+    try:
+        return load_pepper(config)
+    except ConfigError:
+        return ""
 
 
 def from_survey(survey: Survey, synapse: SynapseConfig, config: Config, *, directory: bool) -> Found:
@@ -166,6 +180,12 @@ def _tokens(survey: Survey) -> Found:
 
 def _leftovers(survey: Survey, synapse: SynapseConfig) -> Found:
     found: Found = []
+    if survey.by_digest:
+        count = survey.by_digest
+        found.append(("warning", f"{_plural(count, 'live access token')} {_verb(count, 'does', 'do')} not name "
+                                 f"{_verb(count, 'its', 'their')} user (an older Synapse's macaroons): carried, each "
+                                 "found by its digest (one lookup more at its first request after each of Synapse's "
+                                 "two-minute caches)"))
     if survey.appservices:
         services = ", ".join(f"{name}: {count}" for name, count in sorted(survey.appservices.items()))
         found.append(("warning", f"{_plural(sum(survey.appservices.values()), 'user')} "

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from backends.base import User
 from backends.synapse.database import SynapseDatabase
 from backends.synapse.rows import SynapseAccount, TokenFate
+from homeserver.synapse_tokens import names_its_user
 from homeserver.users import Users
 
 # Names shown per finding; the rest are counted.
@@ -65,6 +66,8 @@ class Survey:
     devices: int = 0
     access: Counter[TokenFate] = field(default_factory=Counter)
     access_left: int = 0  # live, but of users not moved
+    # Live and carried, but not naming their user (an older Synapse's macaroons): found by digest.
+    by_digest: int = 0
     refresh: Counter[TokenFate] = field(default_factory=Counter)
     refresh_left: int = 0
     phone_numbers: int = 0
@@ -135,6 +138,7 @@ class Surveyor:
             fate = token.fate(self.now_ms)
             survey.access[fate] += 1
             survey.access_left += fate is TokenFate.LIVE and not moved
+            survey.by_digest += fate is TokenFate.LIVE and moved and not names_its_user(token.token, name)
         for refresh in account.refresh_tokens:
             fate = refresh.fate(self.now_ms)
             survey.refresh[fate] += 1

@@ -112,10 +112,11 @@ class Grants:
 
     # -- a sign-in's tokens -------------------------------------------------------------
 
-    async def open(self, sign_in: SignIn, grant_id: str, client_ip: str, via: str = "oauth") -> Issued:
-        """The tokens of a sign-in the person made (a code, or an approved device code); the user
-        is read again and must be unchanged and not locked. Under delegation Synapse has the
-        user and the device before this returns."""
+    async def open(self, sign_in: SignIn, grant_id: str, client_ip: str, via: str | None = "oauth") -> Issued:
+        """The tokens of a sign-in the person made (a code, or an approved device code; a password
+        login asking for a refresh token); the user is read again and must be unchanged and not
+        locked. Under delegation Synapse has the user and the device before this returns. `via`
+        names the sign-in in the audit line (None: the caller audits it)."""
         # One grant id per attempt: one that failed (503) leaves its ended grant session behind,
         # and the retry (the same code or approval) must not collide with it.
         grant_id = f"{grant_id}.{secrets.token_hex(4)}"
@@ -158,10 +159,11 @@ class Grants:
                     await self.sessions.end_devices(user.name, [device_id], REPLACED)
                 raise
         await self.store.touch_client(sign_in.client_id, GRANT_IDLE)
-        audit.audit(
-            audit.LOGIN, user=user.name, device=device_id, client=client_ip, outcome="success",
-            reason=f"{via}, client {sign_in.client_id}",
-        )
+        if via is not None:
+            audit.audit(
+                audit.LOGIN, user=user.name, device=device_id, client=client_ip, outcome="success",
+                reason=f"{via}, client {sign_in.client_id}",
+            )
         return Issued(grant, access, refresh)
 
     @contextlib.asynccontextmanager

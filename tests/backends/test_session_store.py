@@ -17,6 +17,8 @@ import pytest
 from backends.sessions import (
     BrowserSessions,
     DelegationState,
+    ImportedState,
+    LoginTokenStore,
     OAuthStore,
     RateBuckets,
     Session,
@@ -52,7 +54,14 @@ def each_session_store(request, tmp_path, io_loop):
 
 
 # The store's other parts: its door (a method of SessionStore) -> the part's interface.
-DOORS = {"oauth": OAuthStore, "browser_sessions": BrowserSessions, "buckets": RateBuckets, "delegation": DelegationState}
+DOORS = {
+    "oauth": OAuthStore,
+    "browser_sessions": BrowserSessions,
+    "buckets": RateBuckets,
+    "delegation": DelegationState,
+    "login_tokens": LoginTokenStore,
+    "imported": ImportedState,
+}
 
 
 @pytest.fixture

@@ -135,3 +135,16 @@ async def test_a_file_whose_oauth_tables_were_made_on_first_use_is_adopted(tmp_p
             assert await oauth.add_device_code("dev2", "user2", {"client_id": "c1"}, 60)
         finally:
             await store.close()
+
+
+async def test_a_fresh_file_has_the_login_tokens_table(tmp_path):
+    """The login tokens (MSC3824) are born in a numbered migration of their own."""
+    path = str(tmp_path / "s.db")
+    store = SqliteSessionStore(path, timeout=1.0)
+    await store.start()
+    try:
+        version, tables = schema_of(path)
+        assert version == VERSION and "login_tokens" in tables
+        assert len([script for script in MIGRATIONS if "CREATE TABLE IF NOT EXISTS login_tokens" in script]) == 1
+    finally:
+        await store.close()

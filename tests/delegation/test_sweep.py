@@ -13,6 +13,7 @@ import logging
 import pytest
 
 from backends.sessions.delegation import DEACTIVATED
+from backends.sessions.imported import ImportBatch
 from homeserver.delegation.provisioning import profile_digest
 from homeserver.delegation.sweep import BATCH
 from homeserver.delegation.sweeper import SweepLost
@@ -186,14 +187,12 @@ async def test_a_dry_run_changes_nothing_and_says_what_it_would_do(hs, synapse, 
                                        "1 to deactivate, 0 to reactivate, 4 unchanged")
 
 
-async def test_users_an_admin_deactivated_at_synapse_are_left_alone(hs, synapse, users_path, user_records):
-    class Imported:
-        async def deactivated_users(self):
-            return ["erin", "frank"]
-
-    hs.sweeper.sweep.deactivated_at_synapse = Imported()
+async def test_users_an_admin_deactivated_at_synapse_are_left_alone(hs, synapse, session_store):
+    # A move from Synapse recorded them deactivated there (the session store's imported part).
+    await session_store.imported().add(ImportBatch(deactivated=["erin", "frank"]))
     report = await sweep(hs)
     assert "erin" not in synapse.users and "frank" not in synapse.users and report.skipped == 2
+    assert report.provisioned == 4
 
 
 async def test_synapse_away_stops_the_calls_at_the_first_and_leaves_the_rest_to_the_next_sweep(hs, synapse, caplog):

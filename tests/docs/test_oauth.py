@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.doc_blocks import code_blocks, section, shell_commands
 from tests.oauth_clients.test_synapse import oauth_stack  # noqa: F401 - a stack of this module's own
-from tests.servers import WHOAMI, Server, call, write_config
-from tests.synapse import SYNAPSE_VERSION, http
+from tests.support.doc_blocks import code_blocks, section, shell_commands
+from tests.support.servers import WHOAMI, Server, call, write_config
+from tests.support.synapse import SYNAPSE_VERSION, http
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OAUTH = (ROOT / "docs" / "oauth.md").read_text()
 DELEGATION = (ROOT / "docs" / "delegation.md").read_text()
 NGINX = (ROOT / "conf" / "nginx-delegation.conf").read_text()
@@ -75,7 +75,7 @@ def test_matrix_js_sdk_refreshes_as_the_doc_says():
     """The doc's account of matrix-js-sdk 43, read in the release the tests install: no
     `soft_logout` anywhere, a refresh on M_UNKNOWN_TOKEN within 60 s of expiry (0.5 s before
     a request), a 4xx refusal a logout, anything else TokenRefreshError."""
-    from tests.js_sdk import JS_SDK_MAJOR, install_js_sdk
+    from tests.support.js_sdk import JS_SDK_MAJOR, install_js_sdk
 
     _, cache = install_js_sdk()
     src = Path(cache) / "node_modules" / "matrix-js-sdk" / "src"

@@ -18,12 +18,14 @@ import pytest
 from backends.synapse.config import DatabaseSettings, database_settings
 from tests.support.helpers import ci
 from tests.support.postgres import PostgresCluster, PostgresUnavailable
+from tests.support.redis_servers import redis_server
 from tests.support.slapd import Slapd, slapd
 from tests.support.synapse import SynapseUnavailable
 from tests.support.synapse_before import BeforeState, SynapseBefore, make_state
 from tests.support.synapse_schema import SynapseRows, create_schema
 
-__all__ = ["slapd"]  # the test directory, for matrix-synapse-ldap3 and the LDAP store
+# The test directory, for matrix-synapse-ldap3 and the LDAP store; a private Redis for the move into Redis.
+__all__ = ["redis_server", "slapd"]
 
 TEMPLATE = "synapse_template"
 _names = itertools.count(1)

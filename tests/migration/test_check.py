@@ -15,12 +15,14 @@ import pytest
 from backends.base import StoreUnavailable, User, UserBackend
 from homeserver.context import create_backend
 from homeserver.migration.check import check
+from tests.migration.test_synapse_tokens import synapse_made
 from tests.support.helpers import TEST_ROUNDS
 from tests.support.synapse_before import LDAP_USER, PEPPER
 
 NOW = 1_800_000_000_000
 HASH4 = "$2b$04$" + "a" * 53
 HASH12 = "$2b$12$" + "b" * 53
+MACAROON = "MDAxN2xvY2F0aW9uIGxvY2FsaG9zdAowMDEzaWRlbnRpZmllciBrZXkKMDAxMGNpZCBnZW4gPSAx"
 DELEGATION = {"enabled": True, "synapse_url": "http://127.0.0.1:1", "secret": "s" * 40, "admins": ["root"]}
 
 
@@ -167,7 +169,8 @@ async def test_warnings_from_synapses_config(tmp_path, make_config, empty_sqlite
         "warning: registration is open in Synapse (enable_registration), with a captcha: Synapse refuses it under "
         "delegation; after the switch accounts are made in this server's user store (add-user, or the directory)",
         "warning: Synapse's passwords carry a pepper (password_config.pepper): the moved password hashes are "
-        "checked with it, so it moves here too and must stay secret and unchanged",
+        "checked with it, so it moves here too and must stay secret and unchanged; this server's [auth] "
+        "synapse_pepper (or synapse_pepper_file) does not hold it yet: until it does, no moved password works",
         "warning: matrix-synapse-ldap3 is configured in Synapse, but this server's user store is 'file': directory "
         'users can log in here only with [backend] type = "ldap" (or a password in this store)',
         "warning: Synapse checks passwords through rest_auth_provider.RestAuthProvider (password_providers): "
@@ -176,6 +179,10 @@ async def test_warnings_from_synapses_config(tmp_path, make_config, empty_sqlite
         "session_lifetime, which it refuses to start with under delegation: remove them at the switch",
     ]
     assert "a-secret-pepper" not in " ".join(lines)
+    # With the pepper here, the warning only says to keep it.
+    same = await run_check(make_config({"auth": {"synapse_pepper": "a-secret-pepper"}}), path)
+    [pepper] = [line for line in same.lines() if "pepper" in line]
+    assert pepper.endswith("must stay secret and unchanged")
 
 
 # -- warnings from the database, with counts -----------------------------------------------
@@ -198,10 +205,10 @@ def fill(rows) -> None:
     ])
     rows.devices([{"user_id": u(n), "device_id": "D"} for n in ("alice", "carol", "dan", "sso", "guest")])
     rows.access_tokens([
-        {"user_id": u("alice"), "device_id": "D", "token": "syt_a"},
+        {"user_id": u("alice"), "device_id": "D", "token": MACAROON},  # an older Synapse's
         {"user_id": u("carol"), "device_id": "D", "token": "syt_c", "valid_until_ms": NOW - 1},
         {"user_id": u("root"), "device_id": None, "token": "syt_p", "puppets_user_id": u("dan")},
-        {"user_id": u("dan"), "device_id": "D", "token": "syt_d"},
+        {"user_id": u("dan"), "device_id": "D", "token": synapse_made("dan")},
         {"user_id": u("dan"), "device_id": "NOPE", "token": "syt_n"},
         {"user_id": u("sso"), "device_id": "D", "token": "syt_s"},
         {"user_id": u("guest"), "device_id": "D", "token": "syt_g"},
@@ -212,7 +219,7 @@ def fill(rows) -> None:
         {"id": 3, "user_id": u("sso"), "device_id": "D", "token": "syr_3"},
         {"id": 4, "user_id": u("carol"), "device_id": "D", "token": "syr_4", "expiry_ts": NOW - 1},
     ])
-    rows.access_tokens([{"user_id": u("dan"), "device_id": "D", "token": "syt_next", "refresh_token_id": 2,
+    rows.access_tokens([{"user_id": u("dan"), "device_id": "D", "token": synapse_made("dan"), "refresh_token_id": 2,
                          "used": True}])
     rows.threepids([{"user_id": u("alice"), "address": "a@example.org"}, {"user_id": u("alice"), "address": "b@x.org"},
                     {"user_id": u("dan"), "medium": "msisdn", "address": "447700900000"}])
@@ -240,6 +247,8 @@ async def test_counts_against_a_users_file(tmp_path, make_config, synapse_db):
         "warning: 5 access tokens will not be carried: 1 expired, 1 of admins acting as users, 1 without a device, "
         "2 of users not moved",
         "warning: 3 refresh tokens will not be carried: 1 expired, 1 already used, 1 of users not moved",
+        "warning: 1 live access token does not name its user (an older Synapse's macaroons): carried, each found by "
+        "its digest (one lookup more at its first request after each of Synapse's two-minute caches)",
         "warning: 2 users belong to application services (irc: 2): Synapse keeps authenticating them with the "
         "services' tokens; they are not moved",
         "warning: 1 guest account in Synapse's database: not moved, their tokens stop working",
@@ -254,7 +263,7 @@ async def test_counts_against_a_users_file(tmp_path, make_config, synapse_db):
         # bob is in our users file, unmarked; carol comes with the move (her record marked admin); root is listed.
         "warning: 1 Synapse admin (bob) is in this server's file user store without its admin mark (\"admin\": "
         "true in the record) and not in [delegation] admins: they are Synapse admins no more after the switch",
-        "summary: 0 errors, 14 warnings; 11 users (3 admins, 1 locked, 1 deactivated), 5 devices, 8 access tokens "
+        "summary: 0 errors, 15 warnings; 11 users (3 admins, 1 locked, 1 deactivated), 5 devices, 8 access tokens "
         "(5 live), 4 refresh tokens (2 live)",
     ]
     assert not any(secret in " ".join(lines) for secret in ("syt_", "syr_", "$2b$"))

@@ -119,7 +119,7 @@ async def test_eight_refreshes_at_once_leave_exactly_one_live_refresh_token(clie
     # What held in issue 34's review, kept with the rule of finding 2: of eight refreshes of one
     # token at once, the grant ends with exactly one current refresh token among the answers.
     from homeserver.sessions import token_digest
-    from tests.helpers import assert_json
+    from tests.support.helpers import assert_json
 
     tokens = await client.login("RACE000008")
     answers = await asyncio.gather(*(client.refresh(tokens["refresh_token"]) for _ in range(8)))

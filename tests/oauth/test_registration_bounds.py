@@ -10,10 +10,10 @@ import asyncio
 import pytest
 
 from homeserver.oauth import authorize, common, device, registration
-from tests.helpers import assert_json
 from tests.oauth.conftest import REDIRECT
 from tests.oauth.test_refusals import oauth_error
-from tests.page_client import text
+from tests.support.helpers import assert_json
+from tests.support.page_client import text
 
 pytestmark = pytest.mark.usefixtures("io_loop")
 

@@ -10,9 +10,9 @@ import logging
 
 import pytest
 
-from tests.helpers import assert_error, assert_json
 from tests.oauth.conftest import OAuthClient
 from tests.oauth.test_refusals import oauth_error
+from tests.support.helpers import assert_error, assert_json
 
 pytestmark = pytest.mark.usefixtures("io_loop")
 

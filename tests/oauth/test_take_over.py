@@ -10,10 +10,10 @@ from html import unescape
 
 import pytest
 
-from tests.helpers import assert_error, assert_json
 from tests.oauth.conftest import redirect_values
 from tests.oauth.device_helpers import DeviceClient, Person
-from tests.page_client import text
+from tests.support.helpers import assert_error, assert_json
+from tests.support.page_client import text
 
 pytestmark = pytest.mark.usefixtures("io_loop")
 

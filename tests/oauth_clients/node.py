@@ -128,7 +128,10 @@ def run_flow(node: str, script: str, args: list[str], sign_in: SignIn, timeout: 
 
 
 def redirect_of(url: str) -> str:
-    return dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))["redirect_uri"]
+    """Where a sign-in URL sends the browser back: an OAuth authorization URL's `redirect_uri`,
+    or a legacy SSO redirect's `redirectUrl` (MSC3824)."""
+    params = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query))
+    return params.get("redirect_uri") or params["redirectUrl"]
 
 
 def http_person(password_of: Callable[[str], str]) -> SignIn:

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.backends.redis_servers import free_port
-from tests.helpers import DEFAULT_USERS, JWT_SECRET
-from tests.test_shutdown import DEBUG, finish_upload, stalled_upload
+from tests.process.test_shutdown import DEBUG, finish_upload, stalled_upload
+from tests.support.helpers import DEFAULT_USERS, JWT_SECRET
+from tests.support.redis_servers import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LOGIN = json.dumps({"identifier": {"user": "alice"}, "password": "wonderland"}).encode()
 
 

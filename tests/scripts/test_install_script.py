@@ -88,7 +88,7 @@ def test_if_allowed_installs_as_root_or_with_passwordless_sudo(tmp_path, uid, su
     code, installs, proc = run_script_full(tmp_path, ["redis-server"], "--if-allowed", uid=uid, sudo_asks=sudo_asks)
     assert code == 0, proc.stderr
     assert len(installs) == 1 and "curl" in installs[0].split() and "redis-server" not in installs[0].split()
-    assert (tmp_path / "python3-calls").read_text().count("tests/synapse.py install") == 1
+    assert (tmp_path / "python3-calls").read_text().count("tests/support/synapse.py install") == 1
 
 
 def test_if_allowed_without_apt_says_what_to_run(tmp_path):
@@ -103,7 +103,7 @@ def test_if_allowed_with_nothing_missing_is_silent(tmp_path):
     code, installs, proc = run_script_full(tmp_path, ALL, "--if-allowed", uid=1000, sudo_asks=True)
     assert (code, installs, proc.stderr) == (0, [], "")
     # Synapse's virtualenv is left to the tests that need it: no PyPI at every run.
-    assert "tests/synapse.py install" not in ((tmp_path / "python3-calls").read_text()
+    assert "tests/support/synapse.py install" not in ((tmp_path / "python3-calls").read_text()
                                               if (tmp_path / "python3-calls").exists() else "")
 
 

@@ -58,12 +58,12 @@ class Browser:
         self._remember(resp)
         return resp
 
-    async def post(self, fields: dict[str, str], *, xsrf: bool = True) -> Response:
+    async def post(self, fields: dict[str, str], *, xsrf: bool = True, path: str = PAGE) -> Response:
         form = dict(fields)
         if xsrf:
             form["_xsrf"] = self.xsrf
         headers = {**self._headers(), "Content-Type": "application/x-www-form-urlencoded"}
-        resp = await self.fetch(PAGE, "POST", body=urlencode(form), headers=headers, follow_redirects=False)
+        resp = await self.fetch(path, "POST", body=urlencode(form), headers=headers, follow_redirects=False)
         self._remember(resp)
         return resp
 

@@ -63,11 +63,12 @@ class SynapseBefore(Synapse):
     `database:` section), `ldap_uri` adds matrix-synapse-ldap3 in simple-bind mode."""
 
     def __init__(self, folder: Path, *, database: dict[str, Any] | None = None, ldap_uri: str | None = None,
-                 extra: dict[str, Any] | None = None, server_name: str = "localhost") -> None:
+                 extra: dict[str, Any] | None = None, server_name: str = "localhost", port: int | None = None,
+                 public_baseurl: str | None = None) -> None:
         self.database = database
         self.ldap_uri = ldap_uri
         self.extra = extra or {}
-        super().__init__(folder, server_name, log_level="WARNING")
+        super().__init__(folder, server_name, log_level="WARNING", port=port, public_baseurl=public_baseurl)
 
     def config(self) -> dict[str, Any]:
         config = super().config()

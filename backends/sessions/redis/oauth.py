@@ -118,6 +118,14 @@ class RedisOAuthStore(RedisDeviceCodes, OAuthStore):
             value = await self.connection.connect().get(f"{self.prefix}grant:{grant_id}")
         return Grant.decode(value) if value is not None else None
 
+    def grant_keys(self, grant: Grant) -> list[tuple[str, str]]:
+        """The keys a grant is kept under and their values: itself, its current and previous
+        refresh tokens, its device (for a move's batch: no grant of the device yet)."""
+        keys = [(f"{self.prefix}grant:{grant.grant_id}", grant.encode())]
+        keys += [(f"{self.prefix}refresh:{digest}", grant.grant_id)
+                 for digest in (grant.refresh_hash, grant.previous_hash) if digest]
+        return [*keys, (self._device_key(grant.user, grant.device_id), grant.grant_id)]
+
     async def add_grant(self, grant: Grant, idle: float) -> None:
         old = await self.device_grant(grant.user, grant.device_id)
         if old is not None:

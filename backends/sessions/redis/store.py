@@ -12,6 +12,8 @@ from backends.sessions.records import Device, Session
 from backends.sessions.redis.browser import RedisBrowserSessions
 from backends.sessions.redis.buckets import RedisRateBuckets
 from backends.sessions.redis.delegation import RedisDelegationState
+from backends.sessions.redis.imported import RedisImportedState
+from backends.sessions.redis.login_tokens import RedisLoginTokens
 from backends.sessions.redis.oauth import RedisOAuthStore
 from backends.sessions.redis.part import RedisPart, user_base
 from backends.sessions.redis.scripts import (
@@ -44,8 +46,9 @@ class RedisSessionStore(RedisPart, SessionStore):
     - `<prefix>{<tag>}:devices`: hash device id -> display name, of devices with open sessions;
     - `<prefix>users`: set of users with sessions (for the sweep of removed users);
     - `<prefix>{<tag>}:p:<id>`, `<prefix>{<tag>}:pages`, `<prefix>rl:<bucket>`,
-      `<prefix>delegation:*`, `<prefix>oauth:*`: the other parts' (browser.py, buckets.py,
-      delegation.py, oauth.py, oauth_device.py).
+      `<prefix>delegation:*`, `<prefix>oauth:*`, `<prefix>lt:<digest>`, `<prefix>synapse:*`: the
+      other parts' (browser.py, buckets.py, delegation.py, oauth.py, oauth_device.py,
+      login_tokens.py, imported.py).
 
     The tag is a digest of the user name, so no name can break out of it (part.user_base).
     """
@@ -62,6 +65,10 @@ class RedisSessionStore(RedisPart, SessionStore):
         self._browser_sessions = RedisBrowserSessions(connection, key_prefix)
         self._buckets = RedisRateBuckets(connection, key_prefix)
         self._delegation = RedisDelegationState(connection, key_prefix)
+        self._login_tokens = RedisLoginTokens(connection, key_prefix)
+        self._imported = RedisImportedState(
+            connection, key_prefix, sessions=self, open_call=self.open_call, oauth=self._oauth
+        )
 
     @classmethod
     def from_config(cls, options: dict[str, Any], *, config_dir: str) -> RedisSessionStore:
@@ -105,12 +112,18 @@ class RedisSessionStore(RedisPart, SessionStore):
     def delegation(self) -> RedisDelegationState:
         return self._delegation
 
+    def login_tokens(self) -> RedisLoginTokens:
+        return self._login_tokens
+
+    def imported(self) -> RedisImportedState:
+        return self._imported
+
     # -- sessions -------------------------------------------------------------------
 
-    async def open(self, session: Session, display_name: str | None) -> None:
+    def open_call(self, session: Session, display_name: str | None) -> tuple[list[str], list[Any]]:
+        """The keys and arguments of the OPEN script for a session (`open`, and a move's batch)."""
         base = self.base(session.user)
-        await self.script(
-            OPEN,
+        return (
             [f"{base}s:{session.token_hash}", f"{base}d:{session.device_id}", f"{base}devices"],
             [
                 session.user, session.device_id, session.created_ts, session.last_seen_ip, session.last_seen_ts,
@@ -118,6 +131,9 @@ class RedisSessionStore(RedisPart, SessionStore):
                 session.identity_fp or "", session.password_fp or "",
             ],
         )
+
+    async def open(self, session: Session, display_name: str | None) -> None:
+        await self.script(OPEN, *self.open_call(session, display_name))
         with self.connection.errors():
             await self.connection.connect().sadd(f"{self.prefix}users", session.user)
 

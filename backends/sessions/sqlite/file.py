@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from backends.base import ConfigError, StoreUnavailable
 from backends.sessions.sqlite.changes import ChangeCounter
-from backends.sessions.sqlite.schema import connect, migrate, open_problem, open_retrying
+from backends.sessions.sqlite.schema import VERSION, connect, migrate, open_problem, open_retrying
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -70,8 +70,11 @@ class SqliteFile:
         def open_and_migrate() -> sqlite3.Connection:
             conn = connect(self.path, self.timeout)
             try:
-                with self.counter().writing():
-                    migrate(conn)
+                # A file at this version needs nothing (versions only go up): opening it writes
+                # nothing, not even the change counter (a command that only reads, a dry run).
+                if conn.execute("PRAGMA user_version").fetchone()[0] != VERSION:
+                    with self.counter().writing():
+                        migrate(conn)
             except BaseException:
                 conn.close()
                 raise

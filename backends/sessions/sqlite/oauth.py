@@ -139,6 +139,22 @@ class SqliteOAuthStore(SqliteDeviceCodes, OAuthStore):
             (grant.refresh_hash, grant.grant_id, expires),
         )
 
+    @staticmethod
+    def insert_grants(conn: sqlite3.Connection, grants: list[tuple[Grant, float]]) -> None:
+        """Record grants made elsewhere (a move from Synapse: no grant of their devices yet)
+        inside a write transaction, each kept its idle seconds; their current and previous
+        refresh tokens are found. A grant or refresh token already there is left as it is."""
+        conn.executemany(
+            "INSERT OR IGNORE INTO oauth_grants (grant_id, user, device_id, client_id, record, expires_ts) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            [(g.grant_id, g.user, g.device_id, g.client_id, g.encode(), _ms(idle)) for g, idle in grants],
+        )
+        conn.executemany(
+            "INSERT OR IGNORE INTO oauth_refresh (refresh_hash, grant_id, expires_ts) VALUES (?, ?, ?)",
+            [(digest, g.grant_id, _ms(idle)) for g, idle in grants
+             for digest in (g.refresh_hash, g.previous_hash) if digest],
+        )
+
     async def add_grant(self, grant: Grant, idle: float) -> None:
         def work(conn: sqlite3.Connection) -> None:
             for (old,) in conn.execute(

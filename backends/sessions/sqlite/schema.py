@@ -3,7 +3,9 @@ schema, created or migrated at start-up (PRAGMA user_version). Every table of ev
 born in a numbered migration: 1 sessions, devices, rate_limits; 2 delegation_users,
 delegation_resync; 3 the sessions' credential fingerprints; 4 page_sessions (the account
 page's sign-ins); 5 oauth_clients, oauth_codes, oauth_grants, oauth_refresh; 6
-oauth_device_codes; 7 delegation_missing, delegation_sweep (the directory sweep)."""
+oauth_device_codes; 7 login_tokens (legacy clients' browser sign-ins, MSC3824); 8 synapse_tokens,
+synapse_deactivated (a Synapse moved here); 9 delegation_missing, delegation_sweep (the
+directory sweep)."""
 
 from __future__ import annotations
 
@@ -118,7 +120,30 @@ MIGRATIONS: list[str] = [
         expires_ts     INTEGER NOT NULL   -- ms: the row goes after it
     ) WITHOUT ROWID;
     """,
-    # 7: the directory sweep (issue 36, sqlite/delegation.py): the users provisioned at
+    # 7: the login tokens a legacy client's browser sign-in hands back (MSC3824,
+    # sqlite/login_tokens.py): one row each until it is taken or expires. IF NOT EXISTS:
+    # migrations of other parts may land beside it and be renumbered.
+    """
+    CREATE TABLE IF NOT EXISTS login_tokens (
+        token_hash TEXT PRIMARY KEY,  -- SHA-256 of the token, hex, never the token itself
+        record     TEXT NOT NULL,     -- the LoginTokenRecord, JSON
+        expires    INTEGER NOT NULL   -- seconds since the epoch
+    ) WITHOUT ROWID;
+    CREATE INDEX IF NOT EXISTS login_tokens_by_expiry ON login_tokens (expires);
+    """,
+    # 8: a Synapse moved here (sqlite/imported.py): the tokens it carried (the move's bookkeeping,
+    # and the user of a token that does not name its own) and the users Synapse had deactivated.
+    """
+    CREATE TABLE IF NOT EXISTS synapse_tokens (
+        token_hash TEXT PRIMARY KEY,  -- SHA-256 of an access or refresh token carried, hex
+        user       TEXT NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS synapse_deactivated (
+        user TEXT PRIMARY KEY,
+        ts   INTEGER NOT NULL         -- ms: when the move recorded it
+    ) WITHOUT ROWID;
+    """,
+    # 9: the directory sweep (issue 36, sqlite/delegation.py): the users provisioned at
     # Synapse it found missing from the user store and since when, and one row for the sweep
     # itself: its lease (who sweeps, until when), when the last sweep started, and how many
     # users the last sweep the guard let through found.

@@ -14,6 +14,8 @@ from backends.sessions.sqlite.browser import SqliteBrowserSessions
 from backends.sessions.sqlite.buckets import SqliteRateBuckets
 from backends.sessions.sqlite.delegation import SqliteDelegationState
 from backends.sessions.sqlite.file import SqliteFile, SqlitePart
+from backends.sessions.sqlite.imported import SqliteImportedState
+from backends.sessions.sqlite.login_tokens import SqliteLoginTokens
 from backends.sessions.sqlite.oauth import SqliteOAuthStore
 
 logger = logging.getLogger(__name__)
@@ -70,6 +72,10 @@ class SqliteSessionStore(SqlitePart, SessionStore):
         self._browser_sessions = SqliteBrowserSessions(self.db)
         self._buckets = SqliteRateBuckets(self.db)
         self._delegation = SqliteDelegationState(self.db)
+        self._login_tokens = SqliteLoginTokens(self.db)
+        self._imported = SqliteImportedState(
+            self.db, insert_sessions=self.insert_many, insert_grants=self._oauth.insert_grants
+        )
 
     @classmethod
     def from_config(cls, options: dict[str, Any], *, config_dir: str) -> SqliteSessionStore:
@@ -104,6 +110,12 @@ class SqliteSessionStore(SqlitePart, SessionStore):
     def delegation(self) -> SqliteDelegationState:
         return self._delegation
 
+    def login_tokens(self) -> SqliteLoginTokens:
+        return self._login_tokens
+
+    def imported(self) -> SqliteImportedState:
+        return self._imported
+
     # -- sessions -------------------------------------------------------------------
 
     @staticmethod
@@ -119,6 +131,20 @@ class SqliteSessionStore(SqlitePart, SessionStore):
         conn.execute(
             "INSERT OR IGNORE INTO devices (user, device_id, display_name) VALUES (?, ?, ?)",
             (session.user, session.device_id, display_name or ""),
+        )
+
+    @staticmethod
+    def insert_many(conn: sqlite3.Connection, sessions: list[tuple[Session, str | None]]) -> None:
+        """Record sessions made elsewhere (a move from Synapse) inside a write transaction; one
+        already there (its digest) is left as it is, and so is a device's name."""
+        conn.executemany(
+            f"INSERT OR IGNORE INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
+            [(s.token_hash, s.user, s.device_id, s.created_ts, s.last_seen_ip, s.last_seen_ts, s.expires_ts,
+              s.identity_fp, s.password_fp) for s, _ in sessions],
+        )
+        conn.executemany(
+            "INSERT OR IGNORE INTO devices (user, device_id, display_name) VALUES (?, ?, ?)",
+            [(s.user, s.device_id, name or "") for s, name in sessions],
         )
 
     async def open(self, session: Session, display_name: str | None) -> None:

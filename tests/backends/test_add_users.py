@@ -1,0 +1,71 @@
+"""`UserBackend.add_users`, the move's bulk write: the users a store lacks added in one write (the
+users file: one rewrite; Redis: one MULTI/EXEC, a Cluster's per user), those it has left as they
+are, the address index kept."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+
+from backends.base import User
+from backends.file import FileBackend
+from homeserver.config import build_config
+from homeserver.context import create_backend
+from tests.support.helpers import hex_hash, record
+from tests.support.redis_servers import redis_cluster, redis_url
+
+__all__ = ["redis_cluster", "redis_url"]
+
+HEX = hex_hash("pw")
+NEW = [
+    User(name="ann", ident="", password=HEX, email="Ann@Example.org", admin=True, password_scheme="synapse"),
+    User(name="alice", ident="", password=HEX),  # the store has an alice: hers stays
+    User(name="bo", ident="", password=HEX, locked=True),
+]
+
+
+async def test_into_the_users_file(tmp_path):
+    path = tmp_path / "users.json"
+    alice = record("alice", "wonderland", " (alice)")
+    path.write_text(json.dumps({"users": [alice]}))
+    backend = FileBackend(str(path))
+    await backend.start()
+    assert await backend.add_users(NEW) == ["ann", "bo"]
+    records = {r["name"]: r for r in json.loads(path.read_text())["users"]}
+    assert records["alice"] == alice
+    assert records["ann"] == {"name": "ann", "password": HEX, "ident": "", "email": "Ann@Example.org",
+                              "admin": True, "password_scheme": "synapse"}
+    assert records["bo"]["locked"] is True
+    assert (await backend.get_user("ann")).password_scheme == "synapse"  # this process sees them at once
+    assert await backend.add_users(NEW) == []
+
+
+@pytest.mark.parametrize("mode", ["standalone", "cluster"])
+async def test_into_redis(mode, request, tmp_path):
+    if mode == "cluster":
+        cluster = request.getfixturevalue("redis_cluster")
+        section = {"url": f"redis://{cluster.addresses[0]}/0", "mode": "cluster", "cluster_nodes": cluster.addresses}
+    else:
+        section = {"url": request.getfixturevalue("redis_url")}
+    prefix = f"test:add-users:{mode}:"
+    section.update(key_prefix=prefix, email_key_prefix=prefix + "email:")
+    backend = create_backend(build_config({"backend": {"type": "redis", "redis": section}}))
+    await backend.start()
+    try:
+        await backend.add_user(User(name="alice", ident=" (alice)", password="aa"))
+        assert await backend.add_users(NEW) == ["ann", "bo"]
+        assert (await backend.get_user("alice")).password == "aa"
+        ann = await backend.get_user("ann")
+        assert (ann.admin, ann.password_scheme, ann.email) == (True, "synapse", "Ann@Example.org")
+        assert [u.name for u in await backend.get_users_by_email("ann@example.org")] == ["ann"]
+        assert (await backend.get_user("bo")).locked
+        assert await backend.add_users(NEW) == []
+    finally:
+        await backend.close()
+        client = (redis.cluster.RedisCluster.from_url(section["url"]) if mode == "cluster"
+                  else redis.Redis.from_url(section["url"]))
+        for key in client.scan_iter(match=prefix + "*"):
+            client.delete(key)
+        client.close()
