@@ -17,6 +17,7 @@ import pytest
 from backends.sessions import (
     BrowserSessions,
     DelegationState,
+    FactorStore,
     ImportedState,
     LoginTokenStore,
     OAuthStore,
@@ -61,6 +62,7 @@ DOORS = {
     "delegation": DelegationState,
     "login_tokens": LoginTokenStore,
     "imported": ImportedState,
+    "factors": FactorStore,
 }
 
 

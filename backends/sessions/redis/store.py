@@ -12,6 +12,7 @@ from backends.sessions.records import Device, Session
 from backends.sessions.redis.browser import RedisBrowserSessions
 from backends.sessions.redis.buckets import RedisRateBuckets
 from backends.sessions.redis.delegation import RedisDelegationState
+from backends.sessions.redis.factors import RedisFactorStore
 from backends.sessions.redis.imported import RedisImportedState
 from backends.sessions.redis.login_tokens import RedisLoginTokens
 from backends.sessions.redis.oauth import RedisOAuthStore
@@ -46,9 +47,9 @@ class RedisSessionStore(RedisPart, SessionStore):
     - `<prefix>{<tag>}:devices`: hash device id -> display name, of devices with open sessions;
     - `<prefix>users`: set of users with sessions (for the sweep of removed users);
     - `<prefix>{<tag>}:p:<id>`, `<prefix>{<tag>}:pages`, `<prefix>rl:<bucket>`,
-      `<prefix>delegation:*`, `<prefix>oauth:*`, `<prefix>lt:<digest>`, `<prefix>synapse:*`: the
-      other parts' (browser.py, buckets.py, delegation.py, oauth.py, oauth_device.py,
-      login_tokens.py, imported.py).
+      `<prefix>delegation:*`, `<prefix>oauth:*`, `<prefix>lt:<digest>`, `<prefix>synapse:*`,
+      `<prefix>{<tag>}:mfa`, `<prefix>mfa:*`: the other parts' (browser.py, buckets.py,
+      delegation.py, oauth.py, oauth_device.py, login_tokens.py, imported.py, factors.py).
 
     The tag is a digest of the user name, so no name can break out of it (part.user_base).
     """
@@ -69,6 +70,7 @@ class RedisSessionStore(RedisPart, SessionStore):
         self._imported = RedisImportedState(
             connection, key_prefix, sessions=self, open_call=self.open_call, oauth=self._oauth
         )
+        self._factors = RedisFactorStore(connection, key_prefix)
 
     @classmethod
     def from_config(cls, options: dict[str, Any], *, config_dir: str) -> RedisSessionStore:
@@ -117,6 +119,9 @@ class RedisSessionStore(RedisPart, SessionStore):
 
     def imported(self) -> RedisImportedState:
         return self._imported
+
+    def factors(self) -> RedisFactorStore:
+        return self._factors
 
     # -- sessions -------------------------------------------------------------------
 

@@ -4,7 +4,8 @@ born in a numbered migration: 1 sessions, devices, rate_limits; 2 delegation_use
 delegation_resync; 3 the sessions' credential fingerprints; 4 page_sessions (the account
 page's sign-ins); 5 oauth_clients, oauth_codes, oauth_grants, oauth_refresh; 6
 oauth_device_codes; 7 login_tokens (legacy clients' browser sign-ins, MSC3824); 8 synapse_tokens,
-synapse_deactivated (a Synapse moved here)."""
+synapse_deactivated (a Synapse moved here); 9 mfa_factors, mfa_challenges and the second_factor
+columns of sessions and page_sessions (second factors, issue 38)."""
 
 from __future__ import annotations
 
@@ -140,6 +141,26 @@ MIGRATIONS: list[str] = [
     CREATE TABLE IF NOT EXISTS synapse_deactivated (
         user TEXT PRIMARY KEY,
         ts   INTEGER NOT NULL         -- ms: when the move recorded it
+    ) WITHOUT ROWID;
+    """,
+    # 9: second factors (sqlite/factors.py): each person's authenticator apps, passkeys and
+    # recovery codes (the Factor as JSON; rowid keeps them oldest first), and the WebAuthn
+    # challenges until they expire. IF NOT EXISTS: the lead renumbers migrations at merges.
+    """
+    CREATE TABLE IF NOT EXISTS mfa_factors (
+        factor_id     TEXT NOT NULL UNIQUE,
+        user          TEXT NOT NULL,
+        kind          TEXT NOT NULL,     -- totp, webauthn, recovery
+        credential_id BLOB,              -- a passkey's (once per person), NULL for the others
+        record        TEXT NOT NULL      -- the Factor, JSON (secrets sealed, codes as digests)
+    );
+    CREATE INDEX IF NOT EXISTS mfa_factors_by_user ON mfa_factors (user, kind);
+    CREATE UNIQUE INDEX IF NOT EXISTS mfa_factors_credential ON mfa_factors (user, credential_id)
+        WHERE credential_id IS NOT NULL;
+    CREATE TABLE IF NOT EXISTS mfa_challenges (
+        key        TEXT PRIMARY KEY,     -- SHA-256 of the challenge, hex
+        record     TEXT NOT NULL,
+        expires_ts INTEGER NOT NULL      -- ms
     ) WITHOUT ROWID;
     """,
 ]

@@ -13,6 +13,7 @@ from backends.sessions.records import Device, Session
 from backends.sessions.sqlite.browser import SqliteBrowserSessions
 from backends.sessions.sqlite.buckets import SqliteRateBuckets
 from backends.sessions.sqlite.delegation import SqliteDelegationState
+from backends.sessions.sqlite.factors import SqliteFactorStore
 from backends.sessions.sqlite.file import SqliteFile, SqlitePart
 from backends.sessions.sqlite.imported import SqliteImportedState
 from backends.sessions.sqlite.login_tokens import SqliteLoginTokens
@@ -76,6 +77,7 @@ class SqliteSessionStore(SqlitePart, SessionStore):
         self._imported = SqliteImportedState(
             self.db, insert_sessions=self.insert_many, insert_grants=self._oauth.insert_grants
         )
+        self._factors = SqliteFactorStore(self.db)
 
     @classmethod
     def from_config(cls, options: dict[str, Any], *, config_dir: str) -> SqliteSessionStore:
@@ -115,6 +117,9 @@ class SqliteSessionStore(SqlitePart, SessionStore):
 
     def imported(self) -> SqliteImportedState:
         return self._imported
+
+    def factors(self) -> SqliteFactorStore:
+        return self._factors
 
     # -- sessions -------------------------------------------------------------------
 
