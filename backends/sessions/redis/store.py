@@ -41,8 +41,8 @@ class RedisSessionStore(RedisPart, SessionStore):
     tag, so each change is one Lua script, atomic, even on a Cluster:
 
     - `<prefix>{<tag>}:s:<token digest>`: hash of one session (user, device_id, created_ts,
-      last_seen_ip, last_seen_ts, expires_ts, ended_ts, identity_fp, password_fp); expires
-      with the token;
+      last_seen_ip, last_seen_ts, expires_ts, ended_ts, identity_fp, password_fp,
+      second_factor); expires with the token;
     - `<prefix>{<tag>}:d:<device id>`: set of the digests of the device's open sessions;
     - `<prefix>{<tag>}:devices`: hash device id -> display name, of devices with open sessions;
     - `<prefix>users`: set of users with sessions (for the sweep of removed users);
@@ -133,7 +133,7 @@ class RedisSessionStore(RedisPart, SessionStore):
             [
                 session.user, session.device_id, session.created_ts, session.last_seen_ip, session.last_seen_ts,
                 session.expires_ts or "", display_name or "", session.token_hash,
-                session.identity_fp or "", session.password_fp or "",
+                session.identity_fp or "", session.password_fp or "", session.second_factor,
             ],
         )
 
@@ -165,6 +165,7 @@ class RedisSessionStore(RedisPart, SessionStore):
             ended_ts=number("ended_ts"),
             identity_fp=record.get("identity_fp"),
             password_fp=record.get("password_fp"),
+            second_factor=record.get("second_factor", ""),
         )
 
     async def touch(self, user: str, token_hash: str, ip: str, ts: int) -> None:
@@ -200,11 +201,11 @@ class RedisSessionStore(RedisPart, SessionStore):
         base = self.base(user)
         flat = await self.script(DEVICES, [f"{base}devices"], [base, device_id or ""])
         devices = []
-        for i in range(0, len(flat), 4):
-            device, name, ip, ts = (
-                item.decode("utf-8", "replace") if isinstance(item, bytes) else item for item in flat[i : i + 4]
+        for i in range(0, len(flat), 5):
+            device, name, ip, ts, factor = (
+                item.decode("utf-8", "replace") if isinstance(item, bytes) else item for item in flat[i : i + 5]
             )
-            devices.append(Device(device, name, ip, int(ts)))
+            devices.append(Device(device, name, ip, int(ts), factor))
         return sorted(devices, key=lambda d: d.device_id)
 
     async def devices(self, user: str) -> list[Device]:

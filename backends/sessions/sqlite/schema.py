@@ -10,6 +10,7 @@ columns of sessions and page_sessions (second factors, issue 38)."""
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import time
 from collections.abc import Callable
@@ -145,7 +146,8 @@ MIGRATIONS: list[str] = [
     """,
     # 9: second factors (sqlite/factors.py): each person's authenticator apps, passkeys and
     # recovery codes (the Factor as JSON; rowid keeps them oldest first), and the WebAuthn
-    # challenges until they expire. IF NOT EXISTS: the lead renumbers migrations at merges.
+    # challenges until they expire; which second factor each session and each browser session
+    # passed ('' for none). IF NOT EXISTS and guarded ALTERs: migrations are renumbered at merges.
     """
     CREATE TABLE IF NOT EXISTS mfa_factors (
         factor_id     TEXT NOT NULL UNIQUE,
@@ -162,9 +164,25 @@ MIGRATIONS: list[str] = [
         record     TEXT NOT NULL,
         expires_ts INTEGER NOT NULL      -- ms
     ) WITHOUT ROWID;
+    ALTER TABLE sessions ADD COLUMN second_factor TEXT NOT NULL DEFAULT '';
+    ALTER TABLE page_sessions ADD COLUMN second_factor TEXT NOT NULL DEFAULT '';
     """,
 ]
 VERSION = len(MIGRATIONS)
+
+
+_ADD_COLUMN = re.compile(r"\s*ALTER\s+TABLE\s+(\w+)\s+ADD\s+COLUMN\s+(\w+)", re.IGNORECASE)
+
+
+def _column_exists(conn: sqlite3.Connection, statement: str) -> bool:
+    """Whether `statement` adds a column its table has already: the guard of every ALTER TABLE
+    ... ADD COLUMN (SQLite has no IF NOT EXISTS for them), so a migration renumbered at a merge
+    runs again harmlessly on a file that had it under its old number."""
+    match = _ADD_COLUMN.match(statement)
+    if match is None:
+        return False
+    table, column = match.groups()
+    return any(row[1] == column for row in conn.execute(f"PRAGMA table_info({table})"))
 
 
 def migrate(conn: sqlite3.Connection) -> int:
@@ -180,7 +198,8 @@ def migrate(conn: sqlite3.Connection) -> int:
             raise sqlite3.DatabaseError(f"schema version {before} is newer than this server's {VERSION}")
         for script in MIGRATIONS[before:]:
             for statement in filter(str.strip, script.split(";")):
-                conn.execute(statement)
+                if not _column_exists(conn, statement):
+                    conn.execute(statement)
         if before != VERSION:
             conn.execute(f"PRAGMA user_version = {VERSION}")
     except BaseException:

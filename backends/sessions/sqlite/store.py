@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 _SESSION_COLUMNS = (
     "token_hash, user, device_id, created_ts, last_seen_ip, last_seen_ts, expires_ts, ended_ts, "
-    "identity_fp, password_fp"
+    "identity_fp, password_fp, second_factor"
 )
 _GET = f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE token_hash = ?"
 KEPT_SESSIONS = 10_000  # sessions a process keeps; past this, it starts afresh
@@ -128,10 +128,10 @@ class SqliteSessionStore(SqlitePart, SessionStore):
         """Record a new session (and its device when new) inside a write transaction: `open`'s
         work, also one step of the OAuth store's refresh (oauth.py)."""
         conn.execute(
-            f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
+            f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?)",
             (session.token_hash, session.user, session.device_id, session.created_ts,
              session.last_seen_ip, session.last_seen_ts, session.expires_ts,
-             session.identity_fp, session.password_fp),
+             session.identity_fp, session.password_fp, session.second_factor),
         )
         conn.execute(
             "INSERT OR IGNORE INTO devices (user, device_id, display_name) VALUES (?, ?, ?)",
@@ -274,14 +274,15 @@ class SqliteSessionStore(SqlitePart, SessionStore):
     # -- devices --------------------------------------------------------------------
 
     def _device_rows(self, conn: sqlite3.Connection, user: str, device_id: str | None) -> list[Device]:
-        # SQLite returns the bare columns of the row holding MAX(): the latest session's address.
+        # SQLite returns the bare columns of the row holding MAX(): the latest session's address
+        # and second factor.
         where = "s.user = ? AND s.ended_ts IS NULL AND (s.expires_ts IS NULL OR s.expires_ts > ?)"
         args: list[Any] = [user, _now_ms()]
         if device_id is not None:
             where += " AND s.device_id = ?"
             args.append(device_id)
         rows = conn.execute(
-            "SELECT s.device_id, COALESCE(d.display_name, ''), s.last_seen_ip, MAX(s.last_seen_ts) "
+            "SELECT s.device_id, COALESCE(d.display_name, ''), s.last_seen_ip, MAX(s.last_seen_ts), s.second_factor "
             "FROM sessions s LEFT JOIN devices d ON d.user = s.user AND d.device_id = s.device_id "
             f"WHERE {where} GROUP BY s.device_id ORDER BY s.device_id",
             args,
