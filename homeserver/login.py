@@ -49,6 +49,12 @@ UNKNOWN_USER = "Invalid username"
 BAD_PASSWORD = "Invalid username or password"
 # The audit trail's reason for a token login.
 TOKEN_VIA = "login token (browser sign-in)"
+# `m.login.password` for a person who has, or must have, a second factor (`[mfa]`), told only
+# after the password passed: a browser sign-in asks for the second step.
+SECOND_FACTOR_REQUIRED = (
+    "This account signs in with a second factor: sign in through the browser "
+    "(your client's single sign-on or OAuth sign-in)."
+)
 
 
 class LoginRefused(MatrixError):
@@ -131,6 +137,7 @@ class LoginService:
         login_tokens: TokenLogins | None = None,
         deactivated: Callable[[str], Awaitable[bool]] | None = None,
         refresh: LegacyRefresh | None = None,
+        second_factor: Callable[[User], Awaitable[bool]] | None = None,
     ) -> None:
         self.users = users
         self.tokens = tokens
@@ -148,6 +155,9 @@ class LoginService:
         self.deactivated = deactivated
         # The refresh tokens of logins that ask `refresh_token: true` (homeserver.refresh).
         self.refresh = refresh
+        # Whether a person must sign in with a second factor (homeserver.mfa.policy), which a
+        # password login cannot carry; None when `[mfa]` is off.
+        self.second_factor = second_factor
         # The device id of a login that names none, the longest one a client may name, and
         # where the session opens: chosen once, by whether Synapse is behind this server.
         self._new_device_id: Callable[[], str]
@@ -223,6 +233,8 @@ class LoginService:
         attempt.update(typed=_typed(request), device=request.device_id)
         attempt["via"] = "password, by e-mail address" if request.email is not None else "password"
         user, token = await self._verify(request, attempt, issue=True)
+        if self.second_factor is not None and await self.second_factor(user):
+            raise LoginRefused(SECOND_FACTOR_REQUIRED, "second_factor_required")
         if request.refresh_token and self.refresh is not None:
             return await self._with_refresh(user, request, client_ip, attempt)
         await self._open(user, request, token, client_ip, request.device_id != fresh, self._fingerprints(user))
