@@ -33,6 +33,7 @@ from homeserver.inflight import InFlight
 from homeserver.login import LoginService
 from homeserver.metrics import Metrics
 from homeserver.mfa.policy import SecondFactorPolicy
+from homeserver.mfa.second_step import SecondStep
 from homeserver.mfa.service import SecondFactors
 from homeserver.oauth import OAuth, build_oauth
 from homeserver.oauth.grants import Grants
@@ -88,6 +89,8 @@ class HomeServer:
     # Second factors (homeserver.mfa) and who must pass a second step; None when `[mfa]` is off.
     second_factors: SecondFactors | None
     mfa_policy: SecondFactorPolicy | None
+    # The browser sign-in's second step (pending sign-ins finished); None when `[mfa]` is off.
+    second_step: SecondStep | None
     account_page: AccountPage
     # Legacy clients' browser sign-in (MSC3824): its login tokens; None unless `[mfa]` or
     # `[oauth]` is on (homeserver.sso).
@@ -194,6 +197,10 @@ def build_homeserver(
         users=users, browser_sessions=browser_sessions, login=login, credentials=credentials, delegation=delegation,
         server_name=server_name,
     )
+    second_step = (
+        SecondStep(second_factors, mfa_policy, account_page)
+        if second_factors is not None and mfa_policy is not None else None
+    )
     return HomeServer(
         config=config,
         server_name=server_name,
@@ -222,6 +229,7 @@ def build_homeserver(
         login_tokens=login_tokens,
         second_factors=second_factors,
         mfa_policy=mfa_policy,
+        second_step=second_step,
     )
 
 

@@ -271,10 +271,9 @@ class LoginService:
         token = self._make_token(user.name, request.device_id)
         opening = LoginRequest(user=user.name, password="", device_id=request.device_id,
                                display_name=request.display_name)
-        # The session records what the browser sign-in's second step was (record.second_factor,
-        # copied from the browser session when the token was made): [mfa] gives sessions that
-        # field (issue 38), which goes in beside the fingerprints here.
-        fingerprints = self._fingerprints(user)
+        # The session records the second factor the browser sign-in passed (record.second_factor,
+        # copied from the browser session when the token was made), beside the fingerprints.
+        fingerprints = {**self._fingerprints(user), "second_factor": record.second_factor}
         try:
             await self._open(user, opening, token, client_ip, request.device_id != fresh, fingerprints)
         except Exception as exc:

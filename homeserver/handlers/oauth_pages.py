@@ -121,11 +121,16 @@ class AuthorizeHandler(PageHandler):
         user = self.user
         if op == "sign_in":
             name = self.get_body_argument("name", "").strip()
+            # Back here after a second step: the request, its password asked already.
+            back = AUTHORIZATION_PATH + "?" + urlencode({k: v for k, v in request.params.items() if k != "prompt"})
             try:
-                user = await self.form_sign_in(name, self.get_body_argument("password", ""), AUDIT_REASON)
+                signed_in = await self.form_sign_in(name, self.get_body_argument("password", ""), AUDIT_REASON, back)
             except PageError as said:
                 await self.show(request, problem=said, name=name)
                 return
+            if signed_in is None:
+                return  # the second step's page is next; it comes back to the confirmation
+            user = signed_in
             if await self.oauth().grants.replaced(user.name, request.scope.device_id) is not None:
                 # It would end a session of theirs: the page says which, and the person confirms.
                 await self.show(request, signed_in_now=True)
@@ -134,7 +139,8 @@ class AuthorizeHandler(PageHandler):
             await self.show(request, 401 if op == "confirm" else 400, error="Sign in to continue.")
             return
         assert user is not None
-        target = await self.oauth().authorization.issue_code(request, user)
+        passed = self.browser_session.second_factor if self.browser_session is not None else ""
+        target = await self.oauth().authorization.issue_code(request, user, second_factor=passed)
         logger.info("oauth: %s authorized client %s, device %s", user.name, request.client_id, request.scope.device_id)
         self.redirect(target, status=303)
 
