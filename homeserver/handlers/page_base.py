@@ -73,6 +73,7 @@ NOTICES = {
     "renamed": "The session is renamed.",
     "ended": "The session is signed out.",
     "ended_others": "Every other session is signed out.",
+    "factor_removed": "The second factor is removed.",
     "reset_allowed": (
         f"Approved. For the next {page.RESET_WINDOW_MINUTES} minutes your Matrix client may reset your "
         "cross-signing keys: go back to it and finish the reset there."
@@ -271,6 +272,7 @@ class PageHandler(ServerHandler):
             "mfa": self.hs.second_factors is not None,
             "factor_names": SECOND_FACTOR_NAMES,
             "device_factors": {},  # device id -> the second factor its sign-in passed
+            "sign_in_path": page.PATH,  # where signin.html's form goes
         }
         namespace.update(values)
         self.render(f"account/{template}", **namespace)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.helpers import DEFAULT_USERS, assert_error, assert_json, record
+from tests.support.page_client import Browser, assert_page
 from tests.support.second_factors import add_app
 
 KEY = "an operator's key of at least 32 bytes, for tests"
@@ -94,3 +95,8 @@ class TestOff:
         assert_json(await fetch(LOGIN, "POST", json_body=body("alice", "wonderland")))
         for path in ("/account/security", "/account/second-step"):
             assert (await fetch(path)).status == 404
+        # The account page as before: no Security in its menu, no second factor in its lists.
+        browser = Browser(fetch)
+        assert (await browser.sign_in("alice", "wonderland")).status == 303
+        page = assert_page(await browser.get())
+        assert "/account/security" not in page and "Second factor" not in page
