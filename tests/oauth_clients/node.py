@@ -33,6 +33,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 OAUTH4WEBAPI_MAJOR = 3
 # (authorization URL, user) -> the URL the browser landed on (with its fragment, if any).
 SignIn = Callable[[str, str], str]
+# user -> a current code of their authenticator app (or a recovery code): their second factor.
+CodeOf = Callable[[str], str]
 
 
 def _missing(reason: str) -> None:
@@ -134,11 +136,13 @@ def redirect_of(url: str) -> str:
     return params.get("redirect_uri") or params["redirectUrl"]
 
 
-def http_person(password_of: Callable[[str], str]) -> SignIn:
-    """The person as a plain HTTP client: the forms posted, the loopback redirect visited."""
+def http_person(password_of: Callable[[str], str], code_of: CodeOf | None = None) -> SignIn:
+    """The person as a plain HTTP client: the forms posted, the loopback redirect visited;
+    `code_of`: their second factor's codes, for the page after the password."""
 
     def sign_in(url: str, user: str) -> str:
-        landed = FormBrowser().sign_in(url, user, password_of(user), redirect_of(url))
+        code = (lambda: code_of(user)) if code_of is not None else None
+        landed = FormBrowser().sign_in(url, user, password_of(user), redirect_of(url), code=code)
         answer = request(landed.split("#", 1)[0])
         assert answer.status == 200, answer
         return landed
@@ -146,9 +150,13 @@ def http_person(password_of: Callable[[str], str]) -> SignIn:
     return sign_in
 
 
-def chromium_person(driver: Any, password_of: Callable[[str], str], pages: list[str] | None = None) -> SignIn:
+def chromium_person(
+    driver: Any, password_of: Callable[[str], str], pages: list[str] | None = None, code_of: CodeOf | None = None
+) -> SignIn:
     """The person in headless Chromium (JavaScript off: the pages need none). `pages`
-    collects the text of every page seen, for the test to check what the person was shown."""
+    collects the text of every page seen, for the test to check what the person was shown;
+    `code_of`: their second factor's codes, typed into the one text input of the page after
+    the password (the contract's second step)."""
     from selenium.webdriver.common.by import By
 
     def first_submit(form: Any) -> Any:
@@ -181,6 +189,11 @@ def chromium_person(driver: Any, password_of: Callable[[str], str], pages: list[
                     names[0].send_keys(user)
                     passwords[0].send_keys(password_of(user))
                     signed = True
+            elif code_of is not None and not driver.find_elements(By.CSS_SELECTOR, "form input[type=password]"):
+                codes = form.find_elements(By.CSS_SELECTOR, "input[type=text]")
+                if codes:
+                    assert len(codes) == 1, f"{len(codes)} text inputs on the second step's form"
+                    codes[0].send_keys(code_of(user))
             before = driver.current_url, driver.page_source
             first_submit(form).click()
             # Wait for the next document (the click navigates; JavaScript is off).
