@@ -1,7 +1,7 @@
-"""The second step on the OAuth pages (issue 38): the authorization sign-in and the device
-approval pass through the one second step and come back where they were; the second factor of
-the sign-in is carried to the code or the approval, the grant and every session it opens
-(refreshes too), and the account page's sessions list shows it."""
+"""The second step on the OAuth and legacy pages (issue 38): the authorization sign-in, the device
+approval and MSC3824's sign-in pass through the one second step and come back where they were;
+the second factor of the sign-in is carried to the code, the approval or the login token, the
+grant and every session they open (refreshes too), and the account page's sessions list shows it."""
 
 from __future__ import annotations
 
@@ -95,3 +95,30 @@ async def test_the_device_approval_comes_back_to_its_code_and_carries_the_factor
     # The account page's list says so.
     page = await fetch("/account/", headers=person._headers())
     assert "Authenticator app" in text(page)
+
+
+async def test_the_legacy_clients_sign_in_comes_back_to_continue_and_its_token_carries_the_factor(hs, fetch):
+    """MSC3824's page asks only whether a browser session stands; the second step comes between
+    its sign-in and its "continue", and the login token's session says which factor passed."""
+    app, _ = await add_app(hs.second_factors, "alice")
+    person = OAuthClient(fetch)  # a browser: its cookies
+    page_url = "/account/sso?" + urlencode({"redirectUrl": "https://client.example.org/app/"})
+    page = await fetch(page_url, headers=person._headers())
+    person._remember(page)
+    fields = {**form_fields(text(page)), "op": "sign_in", "name": "alice", "password": "wonderland"}
+    resp = await fetch(page_url, "POST", body=urlencode(fields), headers={**person._headers(), **FORM},
+                       follow_redirects=False)
+    person._remember(resp)
+    back = await second_step(person, resp, app)
+    assert back.headers["Location"] == page_url
+    confirm = await fetch(page_url, headers=person._headers())
+    assert 'value="continue"' in text(confirm), confirm
+    fields = {**form_fields(text(confirm)), "op": "continue"}
+    sent = await fetch(page_url, "POST", body=urlencode(fields), headers={**person._headers(), **FORM},
+                       follow_redirects=False)
+    assert sent.status == 303 and "loginToken=" in sent.headers["Location"], sent
+    token = sent.headers["Location"].split("loginToken=")[1].split("&")[0]
+    login = await fetch("/_matrix/client/v3/login", "POST", json_body={"type": "m.login.token", "token": token})
+    assert login.status == 200, login
+    session = await hs.sessions.store.get("alice", token_digest(login.json["access_token"]))
+    assert session.second_factor == "totp"
