@@ -9,6 +9,7 @@ page's stylesheet.
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
 from datetime import UTC, datetime
@@ -210,6 +211,15 @@ class PageHandler(ServerHandler):
         if cookie.second_factor or self.hs.mfa_policy is None:
             return True
         return not await self.hs.mfa_policy.needed(user)
+
+    def back_from_second_step(self) -> bool:
+        """Whether this request is the one the second step just sent the person back to (its
+        path and query, within a minute, once): a page then goes on as after its own sign-in."""
+        if self.get_cookie(second_step.BACK_COOKIE) is None:
+            return False
+        self.clear_cookie(second_step.BACK_COOKIE)
+        raw = self.get_signed_cookie(second_step.BACK_COOKIE, max_age_days=second_step.BACK_LIFETIME / 86400)
+        return raw is not None and hmac.compare_digest(raw, second_step.digest(self.request.uri or "").encode())
 
     async def form_sign_in(self, name: str, password: str, reason: str, then: str) -> User | None:
         """A sign-in form's name and password checked by the login service (its rules, limits,

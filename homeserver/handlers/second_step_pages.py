@@ -168,6 +168,7 @@ class SecondStepHandler(PageHandler):
         cookie = await step.finish(user, kind, self.client_ip, self.request.headers.get("User-Agent", ""))
         self.set_signed_cookie(page.COOKIE, cookie.encode(), max_age=page.LIFETIME)
         self.clear_cookie(second_step.COOKIE)
+        self.set_signed_cookie(second_step.BACK_COOKIE, second_step.digest(then), max_age=second_step.BACK_LIFETIME)
         self.user, self.browser_session = user, cookie
         logger.info("%s: %s signed in with a second factor (%s)", reason, user.name, kind)
         values: dict[str, Any] = {"continue_to": continue_to(then), "kind": kind}

@@ -28,6 +28,10 @@ from homeserver.mfa.service import SecondFactors
 
 PATH = "/account/second-step"
 COOKIE = "hs_pending"
+# The page the second step sends the person back to, for one minute: its digest, so that page
+# goes on as its own sign-in form would have (PageHandler.back_from_second_step).
+BACK_COOKIE = "hs_back"
+BACK_LIFETIME = 60
 # Seconds between the password and the second step, at most: time to find the phone.
 LIFETIME = 600
 # The audit trail's reason for the second step's own lines (its checks are audited by the service).

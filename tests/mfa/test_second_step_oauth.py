@@ -41,7 +41,7 @@ async def second_step(client: OAuthClient, resp: Any, app: App) -> Any:
     return back
 
 
-async def test_the_authorization_sign_in_comes_back_to_its_confirmation_and_carries_the_factor(hs, fetch):
+async def test_the_authorization_sign_in_comes_back_gives_its_code_and_carries_the_factor(hs, fetch):
     app, _ = await add_app(hs.second_factors, "alice")
     client = OAuthClient(fetch)
     params = await client.params("MFADEVICE1", "w" * 43, prompt="login")
@@ -50,12 +50,14 @@ async def test_the_authorization_sign_in_comes_back_to_its_confirmation_and_carr
     back = await second_step(client, resp, app)
     # Back on the request's own page, its password asked once already (prompt=login dropped).
     assert back.headers["Location"].startswith("/account/authorize?") and "prompt" not in back.headers["Location"]
-    confirm = await client.fetch(back.headers["Location"], headers=client._headers(), follow_redirects=False)
-    client._remember(confirm)
-    assert confirm.status == 200 and 'value="confirm"' in text(confirm), confirm
-    done = await client.submit(confirm, op="confirm")
-    assert done.status == 303, done
+    # Back on the request's page, the sign-in goes on as its form's would: the code, no more pages.
+    done = await client.fetch(back.headers["Location"], headers=client._headers(), follow_redirects=False)
+    client._remember(done)
+    assert done.status == 303 and done.headers["Location"].startswith("http://127.0.0.1/callback?"), done
     code = redirect_values(done.headers["Location"])["code"]
+    # That once: the same page again asks for the confirmation.
+    again = await client.fetch(back.headers["Location"], headers=client._headers(), follow_redirects=False)
+    assert again.status == 200 and 'value="confirm"' in text(again), again
     tokens = (await client.exchange(code, "w" * 43)).json
     session = await hs.sessions.store.get("alice", token_digest(tokens["access_token"]))
     assert session.second_factor == "totp"
