@@ -246,11 +246,12 @@ class OAuthClient:
         return self.metadata["authorization_endpoint"] + "?" + urllib.parse.urlencode(query)
 
     def code(self, name: str, password: str, device_id: str, challenge: str,
-             spelling: str = STABLE) -> str:
-        """Through the sign-in page to the redirect: the code (state checked)."""
+             spelling: str = STABLE, second_factor: Callable[[], str] | None = None) -> str:
+        """Through the sign-in page (and the second step, with `second_factor`'s code) to the
+        redirect: the code (state checked)."""
         state = secrets.token_urlsafe(12)
         landed = FormBrowser().sign_in(self.authorization_url(device_id, state, challenge, spelling),
-                                       name, password, self.redirect_uri)
+                                       name, password, self.redirect_uri, code=second_factor)
         params = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(landed).query))
         assert params.get("state") == state, landed
         assert "code" in params, landed
@@ -264,11 +265,12 @@ class OAuthClient:
                             code_verifier=verifier)
         return self._tokens(answer)
 
-    def sign_in(self, name: str, password: str, device_id: str | None = None, spelling: str = STABLE) -> Tokens:
-        """The whole code grant: sign-in page, code, token exchange."""
+    def sign_in(self, name: str, password: str, device_id: str | None = None, spelling: str = STABLE,
+                second_factor: Callable[[], str] | None = None) -> Tokens:
+        """The whole code grant: sign-in page (the second step with `second_factor`), code, token exchange."""
         verifier, challenge = pkce()
         device_id = device_id or secrets.token_hex(5).upper()
-        return self.exchange(self.code(name, password, device_id, challenge, spelling), verifier)
+        return self.exchange(self.code(name, password, device_id, challenge, spelling, second_factor), verifier)
 
     def refresh(self, refresh_token: str) -> Tokens:
         return self._tokens(self.token(grant_type="refresh_token", refresh_token=refresh_token))

@@ -37,14 +37,23 @@ class App:
     def step_now(self) -> int:
         return int(time.time() // PERIOD)
 
+    def _next_step(self) -> tuple[int, int]:
+        """(the step the next code would be of, the current step): the oldest of the window
+        (±1 step) not given yet and not about to leave it."""
+        now = self.step_now()
+        lowest = now - 1 if time.time() - now * PERIOD < PERIOD - 5 else now
+        return max(self.used + 1, lowest), now
+
+    def ready(self) -> bool:
+        """Whether `code()` would answer without waiting for the next time step."""
+        step, now = self._next_step()
+        return step <= now + 1
+
     def code(self) -> str:
-        """A code the server takes now: of the oldest step of its window (±1 step) not given
-        yet and not about to leave it; waits for the next step when the window is used up."""
+        """A code the server takes now, of a step never given before; waits for the next
+        step when the window is used up."""
         while True:
-            now = self.step_now()
-            into = time.time() - now * PERIOD
-            lowest = now - 1 if into < PERIOD - 5 else now
-            step = max(self.used + 1, lowest)
+            step, now = self._next_step()
             if step <= now + 1:
                 break
             time.sleep((now + 1) * PERIOD - time.time() + 0.05)
