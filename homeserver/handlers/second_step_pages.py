@@ -36,6 +36,8 @@ from homeserver.mfa.service import (
     WrongCode,
 )
 from homeserver.names import user_id
+from homeserver.oauth.authorize import Redirect
+from homeserver.oauth.metadata import AUTHORIZATION_PATH
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +56,18 @@ def continue_to(then: str) -> tuple[str, list[tuple[str, str]]]:
     """A GET form's action and hidden fields going to `then` (a path of ours with its query)."""
     parts = urlsplit(then)
     return parts.path, parse_qsl(parts.query, keep_blank_values=True)
+
+
+def going_on(then: str) -> str | None:
+    """Where a form of this page may end up after `then`, beyond this site: the OAuth page
+    back from the second step redirects the browser to its client with the code, and CSP's
+    form-action holds for every redirect after a form (the client's redirect URI, checked
+    when the sign-in began, as that page allows it on its own form)."""
+    path, params = continue_to(then)
+    redirect_uri = dict(params).get("redirect_uri")
+    if path != AUTHORIZATION_PATH or not redirect_uri:
+        return None
+    return Redirect(redirect_uri, "query", None, "").form_target()
 
 
 class SecondStepHandler(PageHandler):
@@ -86,6 +100,7 @@ class SecondStepHandler(PageHandler):
         enrolment: TotpEnrolment | None = None,
     ) -> None:
         """The step's page: the code and passkey forms, or the forms adding a first factor."""
+        self.allow_going_on(then)
         factors = step.factors
         values: dict[str, Any] = {
             "then": then, "path": second_step.PATH, "pending_id": user_id(user.name, self.hs.server_name),
@@ -107,6 +122,11 @@ class SecondStepHandler(PageHandler):
             self.allow("script-src", "'self'")  # webauthn.js, from this origin; nothing inline
             values["script"] = SCRIPT
         self.render_page("second_step.html", problem=problem, **values)
+
+    def allow_going_on(self, then: str) -> None:
+        target = going_on(then)
+        if target is not None:
+            self.allow("form-action", target)
 
     async def post(self) -> None:
         step = self.step()
@@ -172,6 +192,7 @@ class SecondStepHandler(PageHandler):
         self.user, self.browser_session = user, cookie
         logger.info("%s: %s signed in with a second factor (%s)", reason, user.name, kind)
         values: dict[str, Any] = {"continue_to": continue_to(then), "kind": kind}
+        self.allow_going_on(then)  # the Continue form below
         if isinstance(outcome, Added):
             self.render_page(
                 "second_step.html", mode="added", codes=outcome.recovery_codes, title="Second factor added", **values

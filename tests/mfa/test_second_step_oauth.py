@@ -33,6 +33,10 @@ async def second_step(client: OAuthClient, resp: Any, app: App) -> Any:
     page = await client.fetch(resp.headers["Location"], headers=client._headers(), follow_redirects=False)
     client._remember(page)
     assert page.status == 200, page
+    if "/account/authorize" in resp.headers["Location"]:
+        # Its form ends at the client (the OAuth page gives the code at once): CSP's
+        # form-action, which holds for every redirect after a form, allows that origin alone.
+        assert "form-action 'self' http://127.0.0.1;" in page.headers["Content-Security-Policy"], page.headers
     fields = {**form_fields(text(page)), "op": "code", "code": app.code()}
     back = await client.fetch(STEP, "POST", body=urlencode(fields), headers={**client._headers(), **FORM},
                               follow_redirects=False)
