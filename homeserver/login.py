@@ -49,12 +49,8 @@ UNKNOWN_USER = "Invalid username"
 BAD_PASSWORD = "Invalid username or password"
 # The audit trail's reason for a token login.
 TOKEN_VIA = "login token (browser sign-in)"
-# `m.login.password` for a person who has, or must have, a second factor (`[mfa]`), told only
-# after the password passed: a browser sign-in asks for the second step.
-SECOND_FACTOR_REQUIRED = (
-    "This account signs in with a second factor: sign in through the browser "
-    "(your client's single sign-on or OAuth sign-in)."
-)
+# `m.login.password` for a person who has or must have a second factor, after the password passed.
+SECOND_FACTOR_REQUIRED = "This account signs in with a second factor: sign in through the browser (single sign-on)."
 
 
 class LoginRefused(MatrixError):
@@ -155,9 +151,7 @@ class LoginService:
         self.deactivated = deactivated
         # The refresh tokens of logins that ask `refresh_token: true` (homeserver.refresh).
         self.refresh = refresh
-        # Whether a person must sign in with a second factor (homeserver.mfa.policy), which a
-        # password login cannot carry; None when `[mfa]` is off.
-        self.second_factor = second_factor
+        self.second_factor = second_factor  # must they pass a second step (mfa.policy); None: [mfa] off
         # The device id of a login that names none, the longest one a client may name, and
         # where the session opens: chosen once, by whether Synapse is behind this server.
         self._new_device_id: Callable[[], str]

@@ -143,9 +143,9 @@ class SqliteSessionStore(SqlitePart, SessionStore):
         """Record sessions made elsewhere (a move from Synapse) inside a write transaction; one
         already there (its digest) is left as it is, and so is a device's name."""
         conn.executemany(
-            f"INSERT OR IGNORE INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
+            f"INSERT OR IGNORE INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?)",
             [(s.token_hash, s.user, s.device_id, s.created_ts, s.last_seen_ip, s.last_seen_ts, s.expires_ts,
-              s.identity_fp, s.password_fp) for s, _ in sessions],
+              s.identity_fp, s.password_fp, s.second_factor) for s, _ in sessions],
         )
         conn.executemany(
             "INSERT OR IGNORE INTO devices (user, device_id, display_name) VALUES (?, ?, ?)",
