@@ -13,8 +13,6 @@
 
 from __future__ import annotations
 
-import re
-import time
 from collections.abc import Iterator
 from html import unescape
 from typing import Any
@@ -25,6 +23,7 @@ from tests.oauth_clients.conftest import LIFETIME, PASSWORDS
 from tests.oauth_clients.flow import FormBrowser, OAuthClient, SignInError, forms_of, pkce
 from tests.oauth_clients.node import (
     chromium_person,
+    enrol_in_chromium,
     http_person,
     js_sdk_script,
     oauth4webapi_script,
@@ -54,46 +53,11 @@ def base_of(server: ServerProcess) -> str:
     return f"http://localhost:{server.port}"  # a loopback host is named so (the issuer, the cookies)
 
 
-def enrol_in_chromium(driver: Any, base: str, user: str, pages: list[str]) -> tuple[App, list[str]]:
-    """The person adds an authenticator app on the security page, as the contract describes
-    it: the link naming the app, the otpauth:// link, the form's one text input and first
-    submit button; then the recovery codes, each in its own <code>."""
-    from selenium.webdriver.common.by import By
-
-    def go(button: Any) -> None:
-        before = driver.page_source
-        button.click()
-        deadline = time.monotonic() + 30
-        while driver.page_source == before and time.monotonic() < deadline:
-            time.sleep(0.05)
-        pages.append(driver.find_element(By.TAG_NAME, "body").text)
-
-    driver.execute_cdp_cmd("Network.clearBrowserCookies", {})
-    driver.get(base + "/account/security")
-    form = driver.find_element(By.CSS_SELECTOR, "form input[type=password]").find_element(By.XPATH, "./ancestor::form")
-    form.find_element(By.CSS_SELECTOR, "input[type=text]").send_keys(user)
-    form.find_element(By.CSS_SELECTOR, "input[type=password]").send_keys(USERS[user])
-    go(form.find_element(By.CSS_SELECTOR, "button[type=submit]"))
-    links = [a for a in driver.find_elements(By.TAG_NAME, "a")
-             if re.search(r"authenticator|\bapp\b|totp", a.text, re.IGNORECASE)]
-    assert links, pages[-1]
-    links[0].click()
-    uri = driver.find_element(By.CSS_SELECTOR, "a[href^='otpauth://totp/']").get_attribute("href")
-    app = App.from_uri(uri)
-    (form,) = driver.find_elements(By.TAG_NAME, "form")
-    (field,) = form.find_elements(By.CSS_SELECTOR, "input[type=text]")
-    field.send_keys(app.code())
-    go(form.find_elements(By.CSS_SELECTOR, "button[type=submit]")[0])
-    codes = [c.text for c in driver.find_elements(By.CSS_SELECTOR, "#recovery-codes ~ ul code, ul.codes code")]
-    assert len(codes) == 10, pages[-1]
-    return app, codes
-
-
 @pytest.fixture(scope="module")
 def enrolled(mfa_server: ServerProcess, driver) -> dict[str, tuple[App, list[str]]]:
     """alice, bob and dave each with an app added in Chromium (and their recovery codes)."""
     pages: list[str] = []
-    found = {user: enrol_in_chromium(driver, base_of(mfa_server), user, pages) for user in ("alice", "bob", "dave")}
+    found = {user: enrol_in_chromium(driver, base_of(mfa_server), user, USERS[user], pages) for user in ("alice", "bob", "dave")}
     found["pages"] = pages  # type: ignore[assignment]
     return found
 
@@ -170,7 +134,7 @@ def test_a_code_passes_once(enrolled, mfa_server) -> None:
 
 def test_guessing_codes_is_stopped_and_logged_without_them(mfa_server, driver) -> None:
     pages: list[str] = []
-    app, _ = enrol_in_chromium(driver, base_of(mfa_server), "erin", pages)
+    app, _ = enrol_in_chromium(driver, base_of(mfa_server), "erin", USERS["erin"], pages)
     browser = FormBrowser()
     base = base_of(mfa_server)
     page = browser.fetch(base + "/account/")
