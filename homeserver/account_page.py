@@ -101,30 +101,35 @@ def cookie_key(server_secret: str) -> str:
 @dataclass(frozen=True, slots=True)
 class BrowserSessionCookie:
     """What a browser session's cookie carries (signed, so only this server makes one): the
-    user, the credential fingerprints it was opened with (homeserver.credentials), when, and
-    a nonce (the `BrowserSession`'s id in the store)."""
+    user, the credential fingerprints it was opened with (homeserver.credentials), when, a
+    nonce (the `BrowserSession`'s id in the store), and the second factor its sign-in passed
+    ("" for none; homeserver.mfa.second_step), which the codes and grants it makes carry on."""
 
     user: str
     identity_fp: str
     password_fp: str
     issued: int  # seconds since the epoch
     nonce: str
+    second_factor: str = ""
 
     def encode(self) -> str:
-        fields = [self.user, self.identity_fp, self.password_fp, self.issued, self.nonce]
+        fields = [self.user, self.identity_fp, self.password_fp, self.issued, self.nonce, self.second_factor]
         return json.dumps(fields, separators=(",", ":"))
 
     @classmethod
     def decode(cls, text: str) -> BrowserSessionCookie | None:
         try:
-            user, identity_fp, password_fp, issued, nonce = json.loads(text)
+            fields = json.loads(text)
+            if isinstance(fields, list) and len(fields) == 5:
+                fields.append("")  # a cookie of before second factors: none passed
+            user, identity_fp, password_fp, issued, nonce, second_factor = fields
         except (ValueError, TypeError):
             return None
-        if not all(isinstance(value, str) for value in (user, identity_fp, password_fp, nonce)):
+        if not all(isinstance(value, str) for value in (user, identity_fp, password_fp, nonce, second_factor)):
             return None
         if not isinstance(issued, int) or isinstance(issued, bool):
             return None
-        return cls(user, identity_fp, password_fp, issued, nonce)
+        return cls(user, identity_fp, password_fp, issued, nonce, second_factor)
 
 
 def page_error(exc: BaseException, *, refused: str = WRONG_CREDENTIALS) -> PageError:
@@ -175,39 +180,55 @@ class AccountPage:
 
     # -- sign-ins ---------------------------------------------------------------------
 
-    def new(self, user: User) -> BrowserSessionCookie:
+    def new(self, user: User, second_factor: str = "") -> BrowserSessionCookie:
         fingerprint = self.credentials.of(user)
         return BrowserSessionCookie(
-            user.name, fingerprint.identity, fingerprint.password, int(self.clock()), secrets.token_urlsafe(12)
+            user.name, fingerprint.identity, fingerprint.password, int(self.clock()), secrets.token_urlsafe(12),
+            second_factor,
         )
 
     def expires(self, cookie: BrowserSessionCookie) -> int:
         return cookie.issued + self.lifetime
 
-    async def open(self, user: User, ip: str, user_agent: str) -> BrowserSessionCookie:
-        """A new sign-in of this browser, recorded in the store before its cookie is given."""
-        cookie = self.new(user)
+    async def open(self, user: User, ip: str, user_agent: str, second_factor: str = "") -> BrowserSessionCookie:
+        """A new sign-in of this browser, recorded in the store before its cookie is given;
+        `second_factor`: the one its sign-in passed ("" for none)."""
+        cookie = self.new(user, second_factor)
         record = BrowserSession(
-            cookie.nonce, user.name, cookie.issued, self.expires(cookie), ip, user_agent[:MAX_USER_AGENT]
+            cookie.nonce, user.name, cookie.issued, self.expires(cookie), ip, user_agent[:MAX_USER_AGENT],
+            second_factor,
         )
         await self.browser_sessions.open(record)
         return cookie
+
+    async def standing(
+        self, name: str, identity_fp: str, password_fp: str, issued: int, lifetime: int
+    ) -> tuple[User | None, str | None]:
+        """(the user, None) while a sign-in of theirs made at `issued` with these fingerprints
+        still stands (within `lifetime`, the user there, not locked, the credential the same);
+        else (None, why not). A browser session's rule, and a pending sign-in's (the second step)."""
+        now = self.clock()
+        if not issued - 60 <= now < issued + lifetime:
+            return None, "expired"
+        user = await self.users.get(name)
+        if user is None:
+            return None, "gone"
+        if user.locked:
+            return None, "locked"
+        why = self.credentials.changed(identity_fp, password_fp, user)
+        if why is not None:
+            return None, _CHANGED.get(why, "changed")
+        return user, None
 
     async def check(self, cookie: BrowserSessionCookie | None) -> tuple[User | None, str | None]:
         """(the user, None) while its browser session stands; else (None, why it does not, or None for no cookie)."""
         if cookie is None:
             return None, None
-        now = self.clock()
-        if not cookie.issued - 60 <= now < self.expires(cookie):
-            return None, "expired"
-        user = await self.users.get(cookie.user)
+        user, why = await self.standing(
+            cookie.user, cookie.identity_fp, cookie.password_fp, cookie.issued, self.lifetime
+        )
         if user is None:
-            return None, "gone"
-        if user.locked:
-            return None, "locked"
-        why = self.credentials.changed(cookie.identity_fp, cookie.password_fp, user)
-        if why is not None:
-            return None, _CHANGED.get(why, "changed")
+            return None, why
         if await self.browser_sessions.ended(cookie.user, cookie.nonce):
             return None, "ended"
         return user, None

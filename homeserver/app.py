@@ -22,6 +22,8 @@ from homeserver.handlers import (
     oauth_pages,
     profile_api,
     refresh_api,
+    second_step_pages,
+    security_pages,
     sso_pages,
 )
 from homeserver.handlers.base import NotFoundHandler
@@ -35,7 +37,8 @@ from homeserver.logs import log_request
 ROUTES = (
     account_api.ROUTES + profile_api.ROUTES + discovery_api.ROUTES + introspection_api.ROUTES
     + oauth_metadata_api.ROUTES + login_api.ROUTES + refresh_api.ROUTES + devices_api.ROUTES + health_api.ROUTES
-    + oauth_api.ROUTES + oauth_device_pages.ROUTES + oauth_pages.ROUTES + sso_pages.ROUTES + account_pages.ROUTES
+    + oauth_api.ROUTES + oauth_device_pages.ROUTES + oauth_pages.ROUTES + sso_pages.ROUTES
+    + second_step_pages.ROUTES + security_pages.ROUTES + account_pages.ROUTES
 )
 
 

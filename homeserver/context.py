@@ -34,6 +34,9 @@ from homeserver.documents import Documents
 from homeserver.inflight import InFlight
 from homeserver.login import LoginService
 from homeserver.metrics import Metrics
+from homeserver.mfa.policy import SecondFactorPolicy
+from homeserver.mfa.second_step import SecondStep
+from homeserver.mfa.service import SecondFactors
 from homeserver.oauth import OAuth, build_oauth
 from homeserver.oauth.grants import Grants
 from homeserver.passwords import PasswordChecker
@@ -88,6 +91,11 @@ class HomeServer:
     refresh: LegacyRefresh
     # The OAuth 2.0 API (homeserver.oauth); None when `[oauth]` is off.
     oauth: OAuth | None
+    # Second factors (homeserver.mfa) and who must pass a second step; None when `[mfa]` is off.
+    second_factors: SecondFactors | None
+    mfa_policy: SecondFactorPolicy | None
+    # The browser sign-in's second step (pending sign-ins finished); None when `[mfa]` is off.
+    second_step: SecondStep | None
     account_page: AccountPage
     # Legacy clients' browser sign-in (MSC3824): its login tokens; None unless `[mfa]` or
     # `[oauth]` is on (homeserver.sso).
@@ -154,7 +162,17 @@ def build_homeserver(
         shared=session_store.buckets(),
         on_fallback=metrics.observe_ratelimit_fallback if metrics is not None else None,
     )
-    uia = UserInteractiveAuth(tokens.secret, users, checker, limits, server_name)
+    # Second factors (`[mfa]`): who must pass a second step at sign-in; off, nothing asks.
+    second_factors = build_second_factors(config, session_store, metrics)
+    mfa_policy = (
+        SecondFactorPolicy(second_factors, required_for_all=config.get("mfa", "required") == "all")
+        if second_factors is not None else None
+    )
+    second_factor = mfa_policy.needed if mfa_policy is not None else None
+    uia = UserInteractiveAuth(
+        tokens.secret, users, checker, limits, server_name, second_factor=second_factor,
+        account_url=config.get("server", "base_url").rstrip("/") + "/account/",
+    )
 
     # Sessions, and what follows every end of one: Synapse told (delegation), the account
     # page's browser sessions ended with all of a user's, a grant's refresh token with its
@@ -183,6 +201,7 @@ def build_homeserver(
         users=users, tokens=tokens, checker=checker, sessions=sessions, server_name=server_name, limits=limits,
         metrics=metrics, credentials=credentials, delegation=delegation, login_tokens=login_tokens,
         deactivated=session_store.imported().is_deactivated, refresh=refresh,
+        second_factor=second_factor,
     )
     oauth = build_oauth(
         config, session_store, users=users, devices=devices, credentials=credentials, tokens=tokens,
@@ -191,6 +210,10 @@ def build_homeserver(
     account_page = AccountPage(
         users=users, browser_sessions=browser_sessions, login=login, credentials=credentials, delegation=delegation,
         server_name=server_name,
+    )
+    second_step = (
+        SecondStep(second_factors, mfa_policy, account_page)
+        if second_factors is not None and mfa_policy is not None else None
     )
     return HomeServer(
         config=config,
@@ -219,6 +242,9 @@ def build_homeserver(
         oauth=oauth,
         account_page=account_page,
         login_tokens=login_tokens,
+        second_factors=second_factors,
+        mfa_policy=mfa_policy,
+        second_step=second_step,
     )
 
 
@@ -323,6 +349,17 @@ def build_refresh(
         tokens=issuer, delegation=delegation,
     )
     return LegacyRefresh(grants, credentials)
+
+
+def build_second_factors(
+    config: Config, session_store: SessionStore, metrics: Metrics | None = None
+) -> SecondFactors | None:
+    """The second factors of `[mfa]` on the session store's part (its key made on first start,
+    its wrong-code limit in the shared buckets), or None when `[mfa]` is off."""
+    if not config.get("mfa", "enabled"):
+        return None
+    observer = metrics.observe_second_factor if metrics is not None else None
+    return SecondFactors.from_config(config, session_store.factors(), session_store.buckets(), observer)
 
 
 def build_delegation(config: Config, sessions: Sessions, metrics: Metrics | None = None) -> Delegation | None:

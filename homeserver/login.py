@@ -49,6 +49,8 @@ UNKNOWN_USER = "Invalid username"
 BAD_PASSWORD = "Invalid username or password"
 # The audit trail's reason for a token login.
 TOKEN_VIA = "login token (browser sign-in)"
+# `m.login.password` for a person who has or must have a second factor, after the password passed.
+SECOND_FACTOR_REQUIRED = "This account signs in with a second factor: sign in through the browser (single sign-on)."
 
 
 class LoginRefused(MatrixError):
@@ -131,6 +133,7 @@ class LoginService:
         login_tokens: TokenLogins | None = None,
         deactivated: Callable[[str], Awaitable[bool]] | None = None,
         refresh: LegacyRefresh | None = None,
+        second_factor: Callable[[User], Awaitable[bool]] | None = None,
     ) -> None:
         self.users = users
         self.tokens = tokens
@@ -148,6 +151,7 @@ class LoginService:
         self.deactivated = deactivated
         # The refresh tokens of logins that ask `refresh_token: true` (homeserver.refresh).
         self.refresh = refresh
+        self.second_factor = second_factor  # must they pass a second step (mfa.policy); None: [mfa] off
         # The device id of a login that names none, the longest one a client may name, and
         # where the session opens: chosen once, by whether Synapse is behind this server.
         self._new_device_id: Callable[[], str]
@@ -223,6 +227,8 @@ class LoginService:
         attempt.update(typed=_typed(request), device=request.device_id)
         attempt["via"] = "password, by e-mail address" if request.email is not None else "password"
         user, token = await self._verify(request, attempt, issue=True)
+        if self.second_factor is not None and await self.second_factor(user):
+            raise LoginRefused(SECOND_FACTOR_REQUIRED, "second_factor_required")
         if request.refresh_token and self.refresh is not None:
             return await self._with_refresh(user, request, client_ip, attempt)
         await self._open(user, request, token, client_ip, request.device_id != fresh, self._fingerprints(user))
@@ -259,10 +265,9 @@ class LoginService:
         token = self._make_token(user.name, request.device_id)
         opening = LoginRequest(user=user.name, password="", device_id=request.device_id,
                                display_name=request.display_name)
-        # The session records what the browser sign-in's second step was (record.second_factor,
-        # copied from the browser session when the token was made): [mfa] gives sessions that
-        # field (issue 38), which goes in beside the fingerprints here.
-        fingerprints = self._fingerprints(user)
+        # The session records the second factor the browser sign-in passed (record.second_factor,
+        # copied from the browser session when the token was made), beside the fingerprints.
+        fingerprints = {**self._fingerprints(user), "second_factor": record.second_factor}
         try:
             await self._open(user, opening, token, client_ip, request.device_id != fresh, fingerprints)
         except Exception as exc:

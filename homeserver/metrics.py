@@ -41,7 +41,7 @@ class Metrics:
         self.logins = Counter(
             "homeserver_logins",
             "Logins (password and login token) by outcome: success, unknown_user, bad_password, bad_token, locked, "
-            "deactivated, rate_limited, bad_request, error.",
+            "deactivated, rate_limited, bad_request, second_factor_required, error.",
             ["outcome"],
             registry=self.registry,
         )
@@ -92,6 +92,13 @@ class Metrics:
         self.resyncs_pending = Gauge(
             "homeserver_delegation_resyncs_pending",
             "Users whose sign-outs Synapse has not heard of yet (it was away), as this process last saw.",
+            registry=self.registry,
+        )
+        self.second_factors = Counter(
+            "homeserver_second_factor_checks",
+            "Second steps of browser sign-ins ([mfa]) by factor (totp, recovery, webauthn) and outcome: success, "
+            "failure (a wrong, replayed or refused code or passkey; over the wrong-code limit included).",
+            ["kind", "outcome"],
             registry=self.registry,
         )
         self.sweeps = Counter(
@@ -153,6 +160,9 @@ class Metrics:
 
     def observe_login(self, outcome: str) -> None:
         self.logins.labels(outcome).inc()
+
+    def observe_second_factor(self, kind: str, passed: bool) -> None:
+        self.second_factors.labels(kind, "success" if passed else "failure").inc()
 
     def observe_ratelimit_fallback(self) -> None:
         self.ratelimit_fallbacks.inc()

@@ -82,9 +82,11 @@ class Sessions:
         *,
         identity_fp: str | None = None,
         password_fp: str | None = None,
+        second_factor: str | None = None,
     ) -> None:
         """Record the session of a login's token, with the fingerprints of the credential it
-        was opened with; durable before the login is answered."""
+        was opened with (and the second factor of the browser sign-in behind a login token);
+        durable before the login is answered."""
         now = now_ms()
         digest = token_digest(token)
         session = Session(
@@ -97,6 +99,7 @@ class Sessions:
             expires_ts=now + self.lifetime * 1000 if self.lifetime else None,
             identity_fp=identity_fp,
             password_fp=password_fp,
+            second_factor=second_factor or "",
         )
         await self.store.open(session, display_name)
         self._touched[digest] = self.clock()

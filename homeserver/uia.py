@@ -6,8 +6,10 @@ import hashlib
 import hmac
 import json
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from backends.base import User
 from homeserver import base64url
 from homeserver.errors import M_FORBIDDEN, M_UNKNOWN, M_UNRECOGNIZED, MatrixError, invalid_param, missing_param
 from homeserver.names import local_name
@@ -45,13 +47,26 @@ class UserInteractiveAuth:
     """
 
     def __init__(
-        self, secret: str, users: Users, checker: PasswordChecker, limits: LoginLimits, server_name: str
+        self,
+        secret: str,
+        users: Users,
+        checker: PasswordChecker,
+        limits: LoginLimits,
+        server_name: str,
+        *,
+        second_factor: Callable[[User], Awaitable[bool]] | None = None,
+        account_url: str = "",
     ) -> None:
         self.key = hmac.new(secret.encode("utf-8"), b"homeserver user-interactive auth", hashlib.sha256).digest()
         self.users = users
         self.checker = checker
         self.limits = limits
         self.server_name = server_name
+        # Whether a person signs in with a second factor (homeserver.mfa.policy; None when
+        # `[mfa]` is off): a password alone does not stand for them (docs/mfa.md, "Device
+        # deletion"), so they end sessions on the account page (`account_url`).
+        self.second_factor = second_factor
+        self.account_url = account_url
 
     def new_session(self, user: str, operation: str, now: float | None = None) -> str:
         payload = json.dumps({"u": user, "o": operation, "e": int((now or time.time()) + SESSION_TTL)}).encode()
@@ -87,6 +102,9 @@ class UserInteractiveAuth:
         started for one operation cannot complete another.
         """
         user = requester.user.name
+        if self.second_factor is not None and await self.second_factor(requester.user):
+            message = "This account signs in with a second factor: sign out sessions on your account page"
+            raise MatrixError(403, M_FORBIDDEN, f"{message}, {self.account_url}")
         auth = body.get("auth")
         if auth is None:
             raise AuthRequired(self.new_session(user, operation))

@@ -10,6 +10,7 @@ each (as MAS's `RepositoryAccess`: `repo.browser_session()`, `repo.oauth2_sessio
     store.delegation()        -> DelegationState  what Synapse was told (`[delegation]`)
     store.login_tokens()      -> LoginTokenStore  legacy clients' login tokens (MSC3824)
     store.imported()          -> ImportedState    a Synapse moved here: its tokens, its deactivated users
+    store.factors()           -> FactorStore      second factors and WebAuthn challenges (`[mfa]`)
 
 A door returns the same object every time, built with the store on its own connection; a
 caller takes the part it needs and never tests the store's class.
@@ -22,8 +23,7 @@ Interfaces, one module each, here:
   (and `BrowserSession`); buckets.py: `RateBuckets`; delegation.py: `DelegationState`;
   login_tokens.py: `LoginTokenStore` (and `LoginTokenRecord`);
   imported.py: `ImportedState` (and `ImportBatch`);
-- factors.py: `FactorStore`, the second factors (issue 38), no store's part yet: it gets
-  its door and one file per store as below.
+- factors.py: `FactorStore`, the second factors (issue 38), and its records `Factor`, `Challenge`.
 
 Implementations, one folder per store, one file per concern:
 
@@ -32,7 +32,7 @@ Implementations, one folder per store, one file per concern:
   connection, the purge; `SqlitePart`, what every part stands on), changes.py (the change
   counter processes share), schema.py (the tables, in numbered migrations), then one file per
   part: oauth.py with oauth_device.py, browser.py, buckets.py, delegation.py, login_tokens.py,
-  imported.py;
+  imported.py, factors.py;
 - redis/: store.py (`RedisSessionStore`), part.py (`RedisPart`: the connection, the key
   prefix, `script`; `user_base`, the hash tag of a user's keys), scripts.py (the sessions'
   Lua scripts), then one file per part, as SQLite's (each with its own scripts and keys).
@@ -61,6 +61,7 @@ from backends.sessions.base import SessionStore
 from backends.sessions.browser import BrowserSessions
 from backends.sessions.buckets import RateBuckets
 from backends.sessions.delegation import DelegationState
+from backends.sessions.factors import FactorStore
 from backends.sessions.imported import ImportBatch, ImportedState
 from backends.sessions.login_tokens import LoginTokenRecord, LoginTokenStore
 from backends.sessions.oauth import OAuthStore
@@ -70,6 +71,7 @@ __all__ = [
     "BrowserSessions",
     "DelegationState",
     "Device",
+    "FactorStore",
     "ImportBatch",
     "ImportedState",
     "LoginTokenRecord",

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 from backends.sessions.browser import BrowserSessions
 from backends.sessions.buckets import RateBuckets
 from backends.sessions.delegation import DelegationState
+from backends.sessions.factors import FactorStore
 from backends.sessions.imported import ImportedState
 from backends.sessions.login_tokens import LoginTokenStore
 from backends.sessions.oauth import OAuthStore
@@ -27,9 +28,9 @@ class SessionStore(abc.ABC):
     Used by homeserver.sessions (open, check, end) and homeserver.devices (list, rename).
 
     Its other parts are reached through it, one door each (`oauth()`, `browser_sessions()`,
-    `buckets()`, `delegation()`, `login_tokens()`, `imported()`): each returns the same object
-    every time, built with the store on its own connection (usable once the store is started),
-    never a cast of the store.
+    `buckets()`, `delegation()`, `login_tokens()`, `imported()`, `factors()`): each returns the same
+    object every time, built with the store on its own connection (usable once the store is
+    started), never a cast of the store.
     """
 
     #: the name under which the store is registered (`[sessions] store`)
@@ -74,6 +75,10 @@ class SessionStore(abc.ABC):
     @abc.abstractmethod
     def imported(self) -> ImportedState:
         """A Synapse moved here: the tokens carried, the users it had deactivated (imported.py)."""
+
+    @abc.abstractmethod
+    def factors(self) -> FactorStore:
+        """The second factors and their WebAuthn challenges, with `[mfa]` (factors.py)."""
 
     # -- sessions and devices ------------------------------------------------------------
 

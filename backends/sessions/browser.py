@@ -27,6 +27,8 @@ class BrowserSession:
     expires: int  # seconds since the epoch
     ip: str
     user_agent: str
+    # The second factor its sign-in passed ("totp", "webauthn", "recovery"); "" for none.
+    second_factor: str = ""
 
 
 class BrowserSessions(abc.ABC):

@@ -40,6 +40,7 @@ class CodeRecord:
     identity_fp: str
     password_fp: str
     created_ts: int  # ms
+    second_factor: str = ""  # the one the sign-in passed ("" for none)
 
     def encode(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -66,6 +67,7 @@ class Grant:
     rotated_ts: int  # ms: when the newest tokens were issued
     created_ts: int  # ms
     access_used: bool = False  # whether the newest access token was used (OAuthStore.mark_access_used)
+    second_factor: str = ""  # the one its sign-in passed ("" for none): every session it opens carries it
 
     def encode(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))

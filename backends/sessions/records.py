@@ -25,6 +25,10 @@ class Session:
     # account's identity and its password. None for sessions opened before they were kept.
     identity_fp: str | None = None
     password_fp: str | None = None
+    # The second factor the sign-in that opened it passed ("totp", "webauthn", "recovery"),
+    # carried from the browser session through the code or the device approval and the grant;
+    # "" for none (a password login, a bot's `sessions issue`, a session opened before).
+    second_factor: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,3 +39,4 @@ class Device:
     display_name: str  # "" when never named
     last_seen_ip: str  # of the device's most recently seen session
     last_seen_ts: int  # ms, the latest over its sessions
+    second_factor: str = ""  # of the device's most recently seen session (Session.second_factor)

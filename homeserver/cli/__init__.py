@@ -1,8 +1,8 @@
 """The command line (`run.py`): one module per command group, each adding its commands to the
 parser (serve, the default; users: hash-password, add-user, lock, unlock; sessions: list, revoke,
-adopt, issue; delegation: sync; migrate: migrate-synapse check and run). The commands build
-what they need with the server's own assembly (homeserver.context), on a running server's
-stores (homeserver.cli.stores)."""
+adopt, issue; delegation: sync; migrate: migrate-synapse check and run; mfa: list, reset). The
+commands build what they need with the server's own assembly (homeserver.context), on a
+running server's stores (homeserver.cli.stores)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from homeserver import __version__
-from homeserver.cli import delegation, migrate, serve, sessions, sessions_adopt, sessions_issue, users
+from homeserver.cli import delegation, mfa, migrate, serve, sessions, sessions_adopt, sessions_issue, users
 from homeserver.cli.common import CommandError, UnknownTarget
 from homeserver.errors import ConfigError, StoreDataError, StoreUnavailable
 from homeserver.process.early_signals import EARLY
@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_options(parser)
     sub = parser.add_subparsers(
         title="commands",
-        metavar="{serve,hash-password,add-user,lock,unlock,sessions,delegation,migrate-synapse}",
+        metavar="{serve,hash-password,add-user,lock,unlock,sessions,delegation,migrate-synapse,mfa}",
     )
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     sessions_issue.add_command(actions)
     delegation.add_commands(command)
     migrate.add_commands(command)
+    mfa.add_commands(command)
     return parser
 
 

@@ -77,16 +77,20 @@ class AccountPageHandler(PageHandler):
         """The sessions list: this page's own sign-ins (this browser marked) and the Matrix sessions."""
         user = self.user
         assert user is not None
-        values["devices"] = [device_body(device) for device in await self.hs.devices.list_devices(user.name)]
+        devices = await self.hs.devices.list_devices(user.name)
+        values["devices"] = [device_body(device) for device in devices]
+        values["device_factors"] = {device.device_id: device.second_factor for device in devices}
         values["browsers"] = await self.hs.browser_sessions.list_open(user.name)
         values["this_browser"] = self.browser_session.nonce if self.browser_session is not None else None
         values.setdefault("current", page.SESSIONS_LIST)
         self.render_page("sessions.html", status, title="Your sessions", **values)
 
     async def device(self, user: User, device_id: str) -> dict[str, Any] | None:
-        """The user's device as the API shows it, or None when they have no such device."""
+        """The user's device as the API shows it (and the second factor of its sign-in), or None
+        when they have no such device."""
         try:
-            return device_body(await self.hs.devices.get(user.name, device_id))
+            device = await self.hs.devices.get(user.name, device_id)
+            return {**device_body(device), "second_factor": device.second_factor}
         except MatrixError as exc:
             if exc.status == 404:
                 return None
@@ -126,14 +130,17 @@ class AccountPageHandler(PageHandler):
         password = self.get_body_argument("password", "")
         action = page.action_of(self.get_body_argument("action", None))
         device_id = self.get_body_argument("device_id", None) or None
+        if action not in (page.SESSION_VIEW, page.SESSION_END):
+            device_id = None
         try:
-            await self.form_sign_in(name, password, page.AUDIT_REASON)
+            user = await self.form_sign_in(name, password, page.AUDIT_REASON, page_url(action, device_id=device_id))
         except PageError as said:
             self.render_page(
                 "signin.html", problem=said, action=action, device_id=device_id, name=name, title="Sign in"
             )
             return
-        self.go(action, device_id=device_id if action in (page.SESSION_VIEW, page.SESSION_END) else None)
+        if user is not None:  # else the second step's page is next
+            self.go(action, device_id=device_id)
 
     async def sign_out(self, user: User, browser_session: BrowserSessionCookie) -> None:
         await self.account_page.end(browser_session)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import urlencode
 
 from tornado.web import HTTPError
 
@@ -80,11 +81,14 @@ class DevicePageHandler(PageHandler):
         typed = self.get_body_argument("user_code", "")
         if op == "sign_in":
             name = self.get_body_argument("name", "").strip()
+            back = VERIFICATION_PATH + ("?" + urlencode({"user_code": typed}) if typed else "")
             try:
-                await self.form_sign_in(name, self.get_body_argument("password", ""), AUDIT_REASON)
+                user = await self.form_sign_in(name, self.get_body_argument("password", ""), AUDIT_REASON, back)
             except PageError as said:
                 self.show("sign_in", problem=said, name=name, user_code=typed)
                 return
+            if user is None:
+                return  # the second step's page is next; it comes back to the code
             if typed:
                 await self.code_step(typed)
             else:
@@ -103,7 +107,8 @@ class DevicePageHandler(PageHandler):
         if found is None:
             return
         allow = op == "allow"
-        if not await flow.decide(found, self.user, allow, self.client_ip):
+        passed = self.browser_session.second_factor if self.browser_session is not None else ""
+        if not await flow.decide(found, self.user, allow, self.client_ip, second_factor=passed):
             self.show("code", 409, error="That code was answered already, or it expired. Start again on your device.")
             return
         self.show("done", allowed=allow, client_name=found.record["client_name"], device_id=found.record["device_id"])

@@ -24,6 +24,7 @@ from urllib.parse import urlencode
 
 from tornado.web import HTTPError
 
+from backends.base import User
 from homeserver.errors import PageError
 from homeserver.handlers.page_base import PageHandler
 from homeserver.oauth import OAuth
@@ -106,8 +107,27 @@ class AuthorizeHandler(PageHandler):
 
     async def get(self) -> None:
         request = await self.checked(self.request.query_arguments)
-        if request is not None:
-            await self.show(request)
+        if request is None:
+            return
+        if self.user is not None and self.back_from_second_step():
+            # The sign-in of this very request, its second step just passed: as its form's POST.
+            await self.signed_in(request, self.user)
+            return
+        await self.show(request)
+
+    async def signed_in(self, request: AuthorizationRequest, user: User) -> None:
+        """Just signed in on this page: the code, or first the confirmation when the device
+        named has a session of theirs, which it would replace."""
+        if await self.oauth().grants.replaced(user.name, request.scope.device_id) is not None:
+            await self.show(request, signed_in_now=True)  # the page says which; the person confirms
+            return
+        await self.give_code(request, user)
+
+    async def give_code(self, request: AuthorizationRequest, user: User) -> None:
+        passed = self.browser_session.second_factor if self.browser_session is not None else ""
+        target = await self.oauth().authorization.issue_code(request, user, second_factor=passed)
+        logger.info("oauth: %s authorized client %s, device %s", user.name, request.client_id, request.scope.device_id)
+        self.redirect(target, status=303)
 
     async def post(self) -> None:
         request = await self.checked(self.request.body_arguments)
@@ -121,22 +141,20 @@ class AuthorizeHandler(PageHandler):
         user = self.user
         if op == "sign_in":
             name = self.get_body_argument("name", "").strip()
+            # Back here after a second step: the request, its password asked already.
+            back = AUTHORIZATION_PATH + "?" + urlencode({k: v for k, v in request.params.items() if k != "prompt"})
             try:
-                user = await self.form_sign_in(name, self.get_body_argument("password", ""), AUDIT_REASON)
+                signed_in = await self.form_sign_in(name, self.get_body_argument("password", ""), AUDIT_REASON, back)
             except PageError as said:
                 await self.show(request, problem=said, name=name)
                 return
-            if await self.oauth().grants.replaced(user.name, request.scope.device_id) is not None:
-                # It would end a session of theirs: the page says which, and the person confirms.
-                await self.show(request, signed_in_now=True)
-                return
-        elif op != "confirm" or user is None or request.sign_in_asked:
+            if signed_in is not None:  # else the second step's page is next; it comes back here
+                await self.signed_in(request, signed_in)
+            return
+        if op != "confirm" or user is None or request.sign_in_asked:
             await self.show(request, 401 if op == "confirm" else 400, error="Sign in to continue.")
             return
-        assert user is not None
-        target = await self.oauth().authorization.issue_code(request, user)
-        logger.info("oauth: %s authorized client %s, device %s", user.name, request.client_id, request.scope.device_id)
-        self.redirect(target, status=303)
+        await self.give_code(request, user)
 
 
 ROUTES = [

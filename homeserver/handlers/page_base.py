@@ -9,6 +9,7 @@ page's stylesheet.
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
 from datetime import UTC, datetime
@@ -23,11 +24,14 @@ from homeserver import audit
 from homeserver.account_page import AccountPage, BrowserSessionCookie, page_error
 from homeserver.errors import HTTPProblem, MatrixError, PageError
 from homeserver.handlers.base import ServerHandler
+from homeserver.mfa import second_step
+from homeserver.mfa.second_step import PendingSignIn
 
 logger = logging.getLogger(__name__)
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "templates")
 STYLESHEET = os.path.join(TEMPLATES, "account", "style.css")
+WEBAUTHN_JS = os.path.join(os.path.dirname(TEMPLATES), "static", "webauthn.js")
 
 # The pages' Content-Security-Policy, directive by directive: nothing but the page's own
 # stylesheet and images, forms only to the page itself, never in a frame. A page that needs
@@ -70,6 +74,7 @@ NOTICES = {
     "renamed": "The session is renamed.",
     "ended": "The session is signed out.",
     "ended_others": "Every other session is signed out.",
+    "factor_removed": "The second factor is removed.",
     "reset_allowed": (
         f"Approved. For the next {page.RESET_WINDOW_MINUTES} minutes your Matrix client may reset your "
         "cross-signing keys: go back to it and finish the reset there."
@@ -81,6 +86,13 @@ WHY_SIGNED_OUT = {
     "ended": "You are signed out of this page.",
     "locked": page.ACCOUNT_LOCKED,
     "changed": "Your password changed, so this page signed you out. Sign in again.",
+    "second_factor": "Your account now signs in with a second factor. Sign in again.",
+}
+
+
+# What the sessions list says of the second factor a sign-in passed (with `[mfa]` on).
+SECOND_FACTOR_NAMES = {
+    "totp": "Authenticator app", "webauthn": "Passkey", "recovery": "Recovery code", "": "None (password only)",
 }
 
 
@@ -103,12 +115,19 @@ def page_url(action: str | None = None, **params: str | None) -> str:
 
 
 class PageHandler(ServerHandler):
-    """HTML pages: security headers, HTML errors, XSRF on every POST, the browser session loaded."""
+    """HTML pages: security headers, HTML errors, XSRF on every POST, the browser session loaded.
+
+    "Signed in" is `self.user` (with `self.browser_session`): a browser session that stands,
+    through its second step when the person needs one. A sign-in waiting for its second step
+    is `self.pending` (with `self.pending_user`), which only the second step's page reads:
+    every other page sees a person signed out."""
 
     expected_errors = (HTTPError, PageError)
     user: User | None = None
     browser_session: BrowserSessionCookie | None = None
     signed_out_why: str | None = None
+    pending: PendingSignIn | None = None
+    pending_user: User | None = None
     _csp_extra: dict[str, list[str]] | None = None
 
     @property
@@ -169,21 +188,61 @@ class PageHandler(ServerHandler):
         raw = self.get_signed_cookie(page.COOKIE, max_age_days=page.LIFETIME / 86400)
         cookie = BrowserSessionCookie.decode(raw.decode("utf-8", "replace")) if raw is not None else None
         self.user, self.signed_out_why = await self.account_page.check(cookie)
+        if self.user is not None and cookie is not None and not await self._second_step_done(self.user, cookie):
+            self.user, self.signed_out_why = None, "second_factor"
         if self.user is not None:
             self.browser_session = cookie
         elif self.get_cookie(page.COOKIE):
             # Past its lifetime, tampered with, or no longer standing: gone from the browser too.
             self.signed_out_why = self.signed_out_why or "expired"
             self.clear_cookie(page.COOKIE)
+        step = self.hs.second_step
+        if self.user is None and step is not None and self.get_cookie(second_step.COOKIE):
+            raw = self.get_signed_cookie(second_step.COOKIE, max_age_days=step.lifetime / 86400)
+            self.pending = PendingSignIn.decode(raw.decode("utf-8", "replace")) if raw is not None else None
+            self.pending_user = await step.standing(self.pending)
+            if self.pending_user is None:
+                self.pending = None
+                self.clear_cookie(second_step.COOKIE)
 
-    async def form_sign_in(self, name: str, password: str, reason: str) -> User:
+    async def _second_step_done(self, user: User, cookie: BrowserSessionCookie) -> bool:
+        """Whether a standing browser session counts: it passed a second factor, or its person
+        needs none (one made before `[mfa]`, or before the person had to have one, does not)."""
+        if cookie.second_factor or self.hs.mfa_policy is None:
+            return True
+        return not await self.hs.mfa_policy.needed(user)
+
+    def back_from_second_step(self) -> bool:
+        """Whether this request is the one the second step just sent the person back to (its
+        path and query, within a minute, once): a page then goes on as after its own sign-in."""
+        if self.get_cookie(second_step.BACK_COOKIE) is None:
+            return False
+        self.clear_cookie(second_step.BACK_COOKIE)
+        raw = self.get_signed_cookie(second_step.BACK_COOKIE, max_age_days=second_step.BACK_LIFETIME / 86400)
+        return raw is not None and hmac.compare_digest(raw, second_step.digest(self.request.uri or "").encode())
+
+    async def form_sign_in(self, name: str, password: str, reason: str, then: str) -> User | None:
         """A sign-in form's name and password checked by the login service (its rules, limits,
         lock and audit line, marked `reason`), then signed in on the account page (its cookie):
-        every page's sign-in. PageError when refused (a page shows it with `render_page(problem=...)`)."""
+        every page's sign-in. PageError when refused (a page shows it with `render_page(problem=...)`).
+
+        None when the person must pass a second step first: the answer is sent (a redirect to
+        the second step's page, which sends them back to `then`, the path of the page they
+        signed in on, once through)."""
         try:
             user = await self.hs.login.authenticate(name, password, self.client_ip, reason=reason)
         except MatrixError as exc:
             raise page_error(exc) from None
+        step = self.hs.second_step
+        if step is not None and await step.needed(user):
+            pending = step.begin(user, then, reason)
+            self.set_signed_cookie(second_step.COOKIE, pending.encode(), max_age=step.lifetime)
+            if self.get_cookie(page.COOKIE):
+                self.clear_cookie(page.COOKIE)  # whoever was signed in here is not any more
+            self.user = self.browser_session = None
+            logger.info("%s: %s gave their password; the second step is next", reason, user.name)
+            self.redirect(second_step.url(then), status=303)
+            return None
         user_agent = self.request.headers.get("User-Agent", "")
         self.browser_session = await self.account_page.open(user, self.client_ip, user_agent)
         self.set_signed_cookie(page.COOKIE, self.browser_session.encode(), max_age=page.LIFETIME)
@@ -219,6 +278,11 @@ class PageHandler(ServerHandler):
             "title": "Your account",
             "current": None,
             "name": "",
+            "script": None,  # a page with a passkey button: webauthn.js (and `allow("script-src", "'self'")`)
+            "mfa": self.hs.second_factors is not None,
+            "factor_names": SECOND_FACTOR_NAMES,
+            "device_factors": {},  # device id -> the second factor its sign-in passed
+            "sign_in_path": page.PATH,  # where signin.html's form goes
         }
         namespace.update(values)
         self.render(f"account/{template}", **namespace)
@@ -251,15 +315,27 @@ class PageHandler(ServerHandler):
 class StylesheetHandler(RequestHandler):
     """The page's one stylesheet, read once."""
 
-    _css: bytes | None = None
+    FILE = STYLESHEET
+    TYPE = "text/css; charset=UTF-8"
+    _body: bytes | None = None
 
     def set_default_headers(self) -> None:
-        self.set_header("Content-Type", "text/css; charset=UTF-8")
+        self.set_header("Content-Type", self.TYPE)
         self.set_header("X-Content-Type-Options", "nosniff")
         self.set_header("Cache-Control", "public, max-age=3600")
 
     def get(self) -> None:
-        if StylesheetHandler._css is None:
-            with open(STYLESHEET, "rb") as fh:
-                StylesheetHandler._css = fh.read()
-        self.finish(StylesheetHandler._css)
+        cls = type(self)
+        if cls._body is None:
+            with open(cls.FILE, "rb") as fh:
+                cls._body = fh.read()
+        self.finish(cls._body)
+
+
+class ScriptHandler(StylesheetHandler):
+    """The project's one script (homeserver/static/webauthn.js: the passkey buttons), read once,
+    from the pages' own origin: a page with a passkey button allows `script-src 'self'`."""
+
+    FILE = WEBAUTHN_JS
+    TYPE = "text/javascript; charset=UTF-8"
+    _body = None

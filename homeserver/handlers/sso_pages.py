@@ -101,19 +101,21 @@ class SsoPageHandler(PageHandler):
         if op == "sign_in":
             name = self.get_body_argument("name", "").strip()
             try:
-                await self.form_sign_in(name, self.get_body_argument("password", ""), AUDIT_REASON)
+                user = await self.form_sign_in(name, self.get_body_argument("password", ""), AUDIT_REASON,
+                                               self.here(redirect))
             except PageError as said:
                 self.show("sign_in", redirect, problem=said, name=name)
                 return
-            self.redirect(self.here(redirect), status=303)  # the "continue" page
+            if user is not None:  # else the second step's page is next; it comes back here
+                self.redirect(self.here(redirect), status=303)  # the "continue" page
             return
         if op != "continue":
             raise PageError(400, "The request could not be understood.")
         if self.user is None or self.browser_session is None:
             self.show("sign_in", redirect, 401, error="Sign in to continue.")
             return
-        # The browser session's second-step mark (issue 38) goes in here, for the session.
-        token = await login_tokens.issue(self.browser_session)
+        # The second factor the browser session passed goes on to the session the token opens.
+        token = await login_tokens.issue(self.browser_session, second_factor=self.browser_session.second_factor)
         logger.info("sso: %s sent back to %s with a login token", self.user.name, redirect.host)
         self.redirect(redirect.with_token(token), status=303)
 

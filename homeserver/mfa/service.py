@@ -171,21 +171,36 @@ class SecondFactors:
         record = {"f": _new_id(), "s": secret, "e": _now_ms(self.clock) + ENROLMENT_LIFETIME_MS}
         sealed = self.keys.seal(json.dumps(record).encode(), associated_data(_PENDING, user, ""))
         pending = base64.urlsafe_b64encode(sealed).decode("ascii").rstrip("=")
+        return self._enrolment(secret, uri, pending)
+
+    @staticmethod
+    def _enrolment(secret: str, uri: str, pending: str) -> TotpEnrolment:
         return TotpEnrolment(secret, uri, qr.svg(uri, "QR code of the authenticator app link"), pending)
 
-    async def finish_totp(self, user: str, pending: str, code: str, name: str = "") -> Added:
-        """Keep the app of `begin_totp` once the person typed a current code of it (that code
-        is then used: it cannot pass a sign-in). WrongCode when it is not; EnrolmentExpired
-        when `pending` is too old or not theirs. Submitting the same form twice adds it once."""
+    def _pending(self, user: str, pending: str) -> tuple[str, str]:
+        """The factor id and secret of a `begin_totp` still in time; EnrolmentExpired otherwise."""
         try:
             raw = base64.urlsafe_b64decode(pending + "=" * (-len(pending) % 4))
             record = json.loads(self.keys.open(raw, associated_data(_PENDING, user, "")))
             factor_id, secret, expires = str(record["f"]), str(record["s"]), int(record["e"])
         except (binascii.Error, ValueError, SealError, KeyError, TypeError):
             raise EnrolmentExpired("not a pending authenticator app of this person") from None
-        now = _now_ms(self.clock)
-        if expires <= now:
+        if expires <= _now_ms(self.clock):
             raise EnrolmentExpired("the authenticator app was not confirmed in time")
+        return factor_id, secret
+
+    def reopen_totp(self, user: str, pending: str, account: str | None = None) -> TotpEnrolment:
+        """The page of a `begin_totp` shown again (a wrong first code): the same secret, the
+        person's app scanned already. EnrolmentExpired when it is too old or not theirs."""
+        _, secret = self._pending(user, pending)
+        return self._enrolment(secret, totp.provisioning_uri(secret, account or user, self.issuer), pending)
+
+    async def finish_totp(self, user: str, pending: str, code: str, name: str = "") -> Added:
+        """Keep the app of `begin_totp` once the person typed a current code of it (that code
+        is then used: it cannot pass a sign-in). WrongCode when it is not; EnrolmentExpired
+        when `pending` is too old or not theirs. Submitting the same form twice adds it once."""
+        factor_id, secret = self._pending(user, pending)
+        now = _now_ms(self.clock)
         step = totp.matching_step(secret, code, now / 1000)
         if step is None:
             raise WrongCode("not a current code of the new app")

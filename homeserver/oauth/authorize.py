@@ -177,9 +177,9 @@ class Authorization:
         client = await self.store.client(client_id) if client_id and len(client_id) <= 64 else None
         return parse_authorization(params, client, self.issuer)
 
-    async def issue_code(self, request: AuthorizationRequest, user: User) -> str:
-        """A code for the signed-in person (the sign-in was audited by the login service); the URL
-        the browser goes to with it."""
+    async def issue_code(self, request: AuthorizationRequest, user: User, *, second_factor: str = "") -> str:
+        """A code for the signed-in person (the sign-in was audited by the login service;
+        `second_factor`: the one their browser session passed); the URL the browser goes to with it."""
         code = new_token("")
         fingerprint = self.credentials.of(user)
         record = CodeRecord(
@@ -187,6 +187,7 @@ class Authorization:
             redirect_uri=request.redirect.redirect_uri, code_challenge=request.code_challenge,
             user=user.name, device_id=request.scope.device_id, scope=request.scope.granted,
             identity_fp=fingerprint.identity, password_fp=fingerprint.password, created_ts=now_ms(),
+            second_factor=second_factor,
         )
         await self.store.add_code(token_digest(code), record, CODE_LIFETIME)
         await self.store.touch_client(request.client_id, PENDING_CLIENT)

@@ -161,15 +161,18 @@ class DeviceFlow:
             raise PageError(400, "That code was used already. Start the sign-in again on your device if you need to.")
         return found
 
-    async def decide(self, found: DeviceAuthorization, user: User, allow: bool, client_ip: str) -> bool:
-        """The person's answer; False when the code was answered (or expired) meanwhile."""
+    async def decide(
+        self, found: DeviceAuthorization, user: User, allow: bool, client_ip: str, *, second_factor: str = ""
+    ) -> bool:
+        """The person's answer (`second_factor`: the one their browser session passed, for the
+        grant's sessions); False when the code was answered (or expired) meanwhile."""
         if now_ms() > int(found.record["expires_ts"]):
             return False
         if allow:
             fingerprint = self.grants.credentials.of(user)
             decision = {
                 "user": user.name, "identity_fp": fingerprint.identity, "password_fp": fingerprint.password,
-                "ip": client_ip, "ts": now_ms(),
+                "ip": client_ip, "ts": now_ms(), "second_factor": second_factor,
             }
         else:
             decision = {"user": user.name, "ts": now_ms()}
@@ -215,6 +218,7 @@ class DeviceFlow:
             user=decision["user"], device_id=record["device_id"], client_id=record["client_id"],
             client_name=str(record.get("client_name") or ""), scope=record["scope"],
             identity_fp=decision["identity_fp"], password_fp=decision["password_fp"],
+            second_factor=str(decision.get("second_factor") or ""),
         )
         try:
             return await self.grants.open(sign_in, "d" + digest[:31], client_ip, "oauth device grant")

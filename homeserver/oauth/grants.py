@@ -64,6 +64,7 @@ class SignIn:
     scope: str
     identity_fp: str
     password_fp: str
+    second_factor: str = ""  # the one the person's browser sign-in passed ("" for none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,13 +102,13 @@ class Grants:
     def lifetime(self) -> int:
         return self.tokens.lifetime
 
-    def access_session(self, token: str, user: User, device_id: str, ip: str) -> Session:
+    def access_session(self, token: str, user: User, device_id: str, ip: str, second_factor: str = "") -> Session:
         now = now_ms()
         fingerprint = self.credentials.of(user)
         return Session(
             token_hash=token_digest(token), user=user.name, device_id=device_id, created_ts=now,
             last_seen_ip=ip, last_seen_ts=now, expires_ts=now + self.lifetime * 1000,
-            identity_fp=fingerprint.identity, password_fp=fingerprint.password,
+            identity_fp=fingerprint.identity, password_fp=fingerprint.password, second_factor=second_factor,
         )
 
     # -- a sign-in's tokens -------------------------------------------------------------
@@ -137,7 +138,7 @@ class Grants:
         grant = Grant(
             grant_id=grant_id, user=user.name, device_id=device_id, client_id=sign_in.client_id,
             scope=sign_in.scope, refresh_hash=token_digest(refresh), previous_hash="",
-            access_hash=token_digest(access), rotated_ts=now, created_ts=now,
+            access_hash=token_digest(access), rotated_ts=now, created_ts=now, second_factor=sign_in.second_factor,
         )
         display = sign_in.client_name[:256] or None
         async with self._at_synapse(user, device_id, display):
@@ -147,10 +148,11 @@ class Grants:
                 token_hash=grant_session_digest(grant_id), user=user.name, device_id=device_id, created_ts=now,
                 last_seen_ip=client_ip, last_seen_ts=now,
                 identity_fp=fingerprint.identity, password_fp=fingerprint.password,
+                second_factor=sign_in.second_factor,
             )
             try:
                 await self.sessions.record(own, display)
-                first = self.access_session(access, user, device_id, client_ip)
+                first = self.access_session(access, user, device_id, client_ip, sign_in.second_factor)
                 await self.sessions.record(first, display, counted=False)
                 await self.store.add_grant(grant, GRANT_IDLE)
             except BaseException:
@@ -210,13 +212,15 @@ class Grants:
             scope=grant.scope, refresh_hash=token_digest(refresh),
             previous_hash=grant.previous_hash if digest == grant.previous_hash else digest,
             access_hash=token_digest(access), rotated_ts=now_ms(), created_ts=grant.created_ts,
+            second_factor=grant.second_factor,
         )
         # One store write: the rotation, the new access token's session, and (a lost answer) the
         # end of the unused one, only while the grant's session is open: an end (a logout, a
         # revocation, `sessions revoke`) racing this refresh is seen, or ends the new token too.
         # The client is kept longer by the first refresh of each day (less to write on the others).
         outcome = await self.store.refresh_grant(
-            grant.refresh_hash, rotated, GRANT_IDLE, self.access_session(access, user, grant.device_id, client_ip),
+            grant.refresh_hash, rotated, GRANT_IDLE,
+            self.access_session(access, user, grant.device_id, client_ip, grant.second_factor),
             grant_session=grant_session_digest(grant.grant_id), end_access=end_access,
             client_idle=GRANT_IDLE if rotated.rotated_ts // DAY_MS != grant.rotated_ts // DAY_MS else None,
         )

@@ -99,7 +99,7 @@ class TokenEndpoint:
         sign_in = SignIn(
             user=record.user, device_id=record.device_id, client_id=record.client_id,
             client_name=record.client_name, scope=record.scope,
-            identity_fp=record.identity_fp, password_fp=record.password_fp,
+            identity_fp=record.identity_fp, password_fp=record.password_fp, second_factor=record.second_factor,
         )
         try:
             issued = await self.grants.open(sign_in, base_id, client_ip)

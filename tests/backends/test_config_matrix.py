@@ -10,7 +10,9 @@ whoami, capabilities, the devices list, a second login, and a logout that leaves
 other token alive, on every worker; then (file and Redis) a lock, an unlock and a
 password reset. With delegation, Synapse is asked too: each login has its own device
 there, the logged-out token is refused by Synapse and the others taken, every worker
-introspects alike, a lock keeps the devices at Synapse and a reset deletes them.
+introspects alike, a lock keeps the devices at Synapse and a reset deletes them. The OAuth
+rows and the second-factor rows (`[mfa]`: a factor required by the config or by the user
+store's mark, added at the first browser sign-in, asked at the next) cover their own pairs.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import json
 import secrets
 import signal
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -409,6 +412,107 @@ def test_oauth_code_grant_refresh_and_revocation_in_every_store(
             reset = client.token(grant_type="refresh_token", refresh_token=by_email.refresh_token)
             assert reset.status == 400 and reset.json["error"] == "invalid_grant", reset
             every_worker(server, processes, lambda: assert_error(whoami(by_email.access_token), 401, "M_UNKNOWN_TOKEN"))
+    finally:
+        server.stop()
+        for key in redis_client.scan_iter(f"{prefix}*"):
+            redis_client.delete(key)
+
+
+# -- second factor rows (issue 38) --------------------------------------------------------------
+# With [mfa] and [oauth] on: bob must have a second factor, by `[mfa] required = "all"` or by
+# the user store's own mark (a users-file record's or Redis hash's `mfa_required`, LDAP's
+# `mfa_required_filter`); over each user store and session store, with one and two workers.
+MFA_FACTORS = {**OAUTH_FACTORS, "policy": ("all", "mark")}
+MFA_MATRIX = [
+    ("file", "sqlite", 1, "all"),
+    ("file", "redis", 2, "mark"),
+    ("redis", "sqlite", 2, "mark"),
+    ("redis", "redis", 1, "all"),
+    ("ldap", "sqlite", 2, "all"),
+    ("ldap", "redis", 1, "mark"),
+]
+MFA_KEY = "the matrix rows' second-factor key, 32 bytes or more"
+
+
+def test_the_second_factor_rows_cover_every_pair_of_settings() -> None:
+    names = list(MFA_FACTORS)
+    for (i, a), (j, b) in itertools.combinations(enumerate(names), 2):
+        seen = {(row[i], row[j]) for row in MFA_MATRIX}
+        assert seen == set(itertools.product(MFA_FACTORS[a], MFA_FACTORS[b])), f"{a} x {b}"
+
+
+@pytest.mark.parametrize(("backend", "sessions", "processes", "policy"), MFA_MATRIX)
+def test_second_factor_required_added_at_sign_in_then_asked_in_every_store(
+    tmp_path, request, redis_url, redis_client, backend: str, sessions: str, processes: int, policy: str
+) -> None:
+    """The password login refused; the OAuth sign-in leads bob to add an app (no token before),
+    then asks it; `mfa list` and `mfa reset` on the row's store; refused again after the reset."""
+    import re
+    from html import unescape
+
+    from tests.oauth_clients.flow import FormBrowser, OAuthClient, pkce
+    from tests.support.second_factors import App
+    from tests.support.servers import run_py
+
+    prefix = f"matrix-{secrets.token_hex(4)}:"
+    slapd = request.getfixturevalue("slapd") if backend == "ldap" else None
+    mark = policy == "mark"
+    if backend == "redis":
+        stored = record(NAME, PASSWORD, "bob-ident")
+        fields = {"password": stored["password"], "ident": "bob-ident", **({"mfa_required": "true"} if mark else {})}
+        redis_client.hset(f"{prefix}user:{NAME}", mapping=fields)
+    users = [*DEFAULT_USERS[:1], record(NAME, PASSWORD, "bob-ident", **({"mfa_required": True} if mark else {}))]
+    extra = users_section(backend, redis_url, prefix, slapd)
+    if backend == "ldap" and mark:
+        extra += f'mfa_required_filter = "(uid={NAME})"\n'
+    extra += sessions_section(sessions, redis_url, prefix)
+    extra += f'[oauth]\nenabled = true\n[mfa]\nenabled = true\nkey = "{MFA_KEY}"\n'
+    extra += f'required = "{"none" if mark else "all"}"\n'
+    server = ServerProcess(tmp_path, processes, extra, users=users)
+    try:
+        refused = server.fetch(f"{API}/login", login_body(type="m.id.user", user=NAME))
+        assert "browser" in assert_error(refused, 403, "M_FORBIDDEN")["error"]
+        base = f"http://localhost:{server.port}"
+        client = OAuthClient(base, client_name=f"mfa row {backend}/{sessions}/{processes}/{policy}")
+        apps: list[App] = []
+
+        def sign_in(device: str) -> dict[str, Any]:
+            browser = FormBrowser()
+
+            def code() -> str:
+                link = re.search(r'href="(otpauth://totp/[^"]+)"', browser.pages[-1].body.decode())
+                if link:  # the second step adds the first factor: this app, scanned now
+                    apps.append(App.from_uri(unescape(link.group(1))))
+                return apps[-1].code()
+
+            verifier, challenge = pkce()
+            landed = browser.sign_in(client.authorization_url(device, "st", challenge), NAME, PASSWORD,
+                                     client.redirect_uri, steps=8, code=code)
+            found = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(landed).query))
+            answer = client.token(grant_type="authorization_code", code=found["code"],
+                                  redirect_uri=client.redirect_uri, code_verifier=verifier)
+            assert answer.status == 200, answer
+            return answer.json
+
+        first = sign_in("MFAROWONE")
+        assert len(apps) == 1  # added in the second step, before the token
+        second = sign_in("MFAROWTWO")
+        assert len(apps) == 1  # asked, not added again
+
+        def both_alive() -> None:
+            for tokens in (first, second):
+                assert_json(server.fetch(f"{API}/account/whoami", token=tokens["access_token"]))
+
+        every_worker(server, processes, both_alive)
+        config = str(tmp_path / "homeserver.toml")
+        listed = run_py("mfa", "list", NAME, "--config", config)
+        assert listed.returncode == 0, listed.stderr
+        assert [line.split("\t")[1] for line in listed.stdout.splitlines()] == ["app", "recovery"]
+        reset = run_py("mfa", "reset", NAME, "--config", config)
+        assert reset.returncode == 0 and reset.stdout.startswith("Removed 2 second factors"), reset
+        assert run_py("mfa", "list", NAME, "--config", config).stdout == ""
+        again = server.fetch(f"{API}/login", login_body(type="m.id.user", user=NAME))
+        assert_error(again, 403, "M_FORBIDDEN")  # must have one still: asked to add it at the next sign-in
     finally:
         server.stop()
         for key in redis_client.scan_iter(f"{prefix}*"):

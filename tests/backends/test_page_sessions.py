@@ -119,3 +119,10 @@ async def test_sqlite_the_peek_does_not_wait_behind_a_write(tmp_path):
     finally:
         release.set()
         await store.close()
+
+
+async def test_a_browser_session_keeps_the_second_factor_it_passed(pages):
+    passed = BrowserSession("m1", "alice", int(time.time()), int(time.time()) + 900, "10.0.0.1", "Firefox", "totp")
+    await pages.open(passed)
+    await pages.open(sign_in("m2"))
+    assert [s.second_factor for s in await pages.list_open("alice")] == ["totp", ""]

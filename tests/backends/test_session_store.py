@@ -17,6 +17,7 @@ import pytest
 from backends.sessions import (
     BrowserSessions,
     DelegationState,
+    FactorStore,
     ImportedState,
     LoginTokenStore,
     OAuthStore,
@@ -61,6 +62,7 @@ DOORS = {
     "delegation": DelegationState,
     "login_tokens": LoginTokenStore,
     "imported": ImportedState,
+    "factors": FactorStore,
 }
 
 
@@ -294,3 +296,35 @@ def test_servers_starting_at_once_on_a_fresh_file_all_start(tmp_path):
         for proc in procs:
             _, err = proc.communicate(timeout=60)
             assert proc.returncode == 0, err
+
+
+# -- which sessions used a second factor (issue 38) ---------------------------------------------
+
+
+async def test_a_session_keeps_its_second_factor_and_its_device_shows_the_latest_seen(each_session_store):
+    store = each_session_store
+    await store.open(session("m1", device="PHONE", ts=1000, second_factor="totp"), "Phone")
+    await store.open(session("m0", device="OLD", ts=1000), None)  # a password login's: none
+    assert (await store.get("alice", "m1")).second_factor == "totp"
+    assert (await store.get("alice", "m0")).second_factor == ""
+    devices = {d.device_id: d for d in await store.devices("alice")}
+    assert (devices["PHONE"].second_factor, devices["OLD"].second_factor) == ("totp", "")
+    # A later session of the device (a refresh's access token, a sign-in again) is what shows.
+    await store.open(session("m2", device="PHONE", ts=2000, second_factor="webauthn"), None)
+    assert (await store.device("alice", "PHONE")).second_factor == "webauthn"
+
+
+def test_sqlite_adds_a_column_once_whatever_the_migration_number(tmp_path):
+    """The lead renumbers parallel migrations at merges: a column a file has already is not
+    added again (a guarded ALTER TABLE), so a file migrated under another numbering opens."""
+    from backends.sessions.sqlite.schema import MIGRATIONS
+
+    conn = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+    assert migrate(conn) == 0
+    # Wherever it stands (others may come after it), the migration adding second_factor again.
+    index = next(i for i, script in enumerate(MIGRATIONS) if "ADD COLUMN second_factor" in script)
+    conn.execute(f"PRAGMA user_version = {index}")
+    assert migrate(conn) == index  # it and those after it again, on tables that have their columns
+    columns = [row[1] for row in conn.execute("PRAGMA table_info(sessions)")]
+    assert columns.count("second_factor") == 1
+    conn.close()

@@ -7,13 +7,15 @@ import http.cookiejar
 import re
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from html import unescape
 from urllib.parse import urlencode, urljoin
 
 
 class HttpPerson:
-    def __init__(self, name: str = "alice", password: str = "wonderland") -> None:
+    def __init__(self, name: str = "alice", password: str = "wonderland", code: Callable[[], str] | None = None) -> None:
         self.name, self.password = name, password
+        self.code = code  # the second factor's codes, for the page after the password
         self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
         self.url = ""
         self.html = ""
@@ -49,6 +51,9 @@ class HttpPerson:
         self.open(url)
         if 'type="password"' in self.html:
             self.submit(name=self.name, password=self.password)
+        if "/account/second-step" in self.url:
+            assert self.code is not None, self.html
+            self.submit(code=self.code())
         if 'value="code"' in self.html:
             assert user_code is not None, self.html
             self.submit(user_code=user_code)

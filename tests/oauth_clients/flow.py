@@ -7,7 +7,9 @@ use it too.
 It follows the interface contract only: every endpoint from
 `GET /_matrix/client/v1/auth_metadata`; the sign-in page is an HTML form with one text or
 e-mail input for the name and one password input, sent by its first submit button; a page
-after it, if any, goes on by its first submit button.
+after it, if any, goes on by its first submit button; for a person with a second factor, the
+page after the password has one text input (a current code or a recovery code) and no
+password input, sent by its first submit button.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import http.client
 import json
 import secrets
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any
@@ -154,9 +157,12 @@ class FormBrowser:
         self.pages.append(answer)
         return answer
 
-    def sign_in(self, url: str, name: str, password: str, redirect_uri: str, steps: int = 6) -> str:
+    def sign_in(self, url: str, name: str, password: str, redirect_uri: str, steps: int = 6,
+                code: Callable[[], str] | None = None) -> str:
         """Open the authorization URL, sign in, go on through any confirmation page; the URL
-        the server finally redirects to (under `redirect_uri`)."""
+        the server finally redirects to (under `redirect_uri`). `code`: the person's second
+        factor, a current code (or a recovery code) for the page after the password."""
+        signed = False
         answer = self.fetch(url)
         for _ in range(steps):
             while answer.status in (301, 302, 303, 307):
@@ -171,13 +177,17 @@ class FormBrowser:
                 raise SignInError(f"a page without a form and no redirect: {answer!r}")
             form = next((f for f in forms if any(kind == "password" for kind, _, _ in f.fields)), forms[0])
             values: dict[str, str] = {}
+            second_step = signed and not any(kind == "password" for kind, _, _ in form.fields)
             for kind, field_name, value in form.fields:
                 if not field_name:
                     continue
                 if kind == "password":
                     value = password
+                    signed = True
                 elif kind in ("text", "email") and not value:
-                    value = name
+                    if second_step and code is None:
+                        raise SignInError(f"a second step, and no second factor to give: {answer!r}")
+                    value = code() if second_step and code is not None else name
                 values[field_name] = value
             if form.submits and form.submits[0][0]:
                 values[form.submits[0][0]] = form.submits[0][1]
@@ -236,11 +246,12 @@ class OAuthClient:
         return self.metadata["authorization_endpoint"] + "?" + urllib.parse.urlencode(query)
 
     def code(self, name: str, password: str, device_id: str, challenge: str,
-             spelling: str = STABLE) -> str:
-        """Through the sign-in page to the redirect: the code (state checked)."""
+             spelling: str = STABLE, second_factor: Callable[[], str] | None = None) -> str:
+        """Through the sign-in page (and the second step, with `second_factor`'s code) to the
+        redirect: the code (state checked)."""
         state = secrets.token_urlsafe(12)
         landed = FormBrowser().sign_in(self.authorization_url(device_id, state, challenge, spelling),
-                                       name, password, self.redirect_uri)
+                                       name, password, self.redirect_uri, code=second_factor)
         params = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(landed).query))
         assert params.get("state") == state, landed
         assert "code" in params, landed
@@ -254,11 +265,12 @@ class OAuthClient:
                             code_verifier=verifier)
         return self._tokens(answer)
 
-    def sign_in(self, name: str, password: str, device_id: str | None = None, spelling: str = STABLE) -> Tokens:
-        """The whole code grant: sign-in page, code, token exchange."""
+    def sign_in(self, name: str, password: str, device_id: str | None = None, spelling: str = STABLE,
+                second_factor: Callable[[], str] | None = None) -> Tokens:
+        """The whole code grant: sign-in page (the second step with `second_factor`), code, token exchange."""
         verifier, challenge = pkce()
         device_id = device_id or secrets.token_hex(5).upper()
-        return self.exchange(self.code(name, password, device_id, challenge, spelling), verifier)
+        return self.exchange(self.code(name, password, device_id, challenge, spelling, second_factor), verifier)
 
     def refresh(self, refresh_token: str) -> Tokens:
         return self._tokens(self.token(grant_type="refresh_token", refresh_token=refresh_token))

@@ -7,7 +7,8 @@ listener for the browser to land there, and prints `{"result": {...}}` last. The
 either a plain HTTP client posting the sign-in form (tests/oauth_clients/flow.py) or a
 headless Chromium (tests/support/browser.py), filling the page as the contract describes it: one
 text or e-mail input for the name, one password input, the first submit button; a page
-after it goes on by its first submit button.
+after it goes on by its first submit button. Before a flow, the person may add an
+authenticator app in Chromium (`enrol_in_chromium`), whose codes the second step then takes.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -28,11 +30,14 @@ import pytest
 from tests.oauth_clients.flow import FormBrowser, request
 from tests.support.helpers import ci
 from tests.support.js_sdk import install_js_sdk
+from tests.support.second_factors import App
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OAUTH4WEBAPI_MAJOR = 3
 # (authorization URL, user) -> the URL the browser landed on (with its fragment, if any).
 SignIn = Callable[[str, str], str]
+# user -> a current code of their authenticator app (or a recovery code): their second factor.
+CodeOf = Callable[[str], str]
 
 
 def _missing(reason: str) -> None:
@@ -134,11 +139,13 @@ def redirect_of(url: str) -> str:
     return params.get("redirect_uri") or params["redirectUrl"]
 
 
-def http_person(password_of: Callable[[str], str]) -> SignIn:
-    """The person as a plain HTTP client: the forms posted, the loopback redirect visited."""
+def http_person(password_of: Callable[[str], str], code_of: CodeOf | None = None) -> SignIn:
+    """The person as a plain HTTP client: the forms posted, the loopback redirect visited;
+    `code_of`: their second factor's codes, for the page after the password."""
 
     def sign_in(url: str, user: str) -> str:
-        landed = FormBrowser().sign_in(url, user, password_of(user), redirect_of(url))
+        code = (lambda: code_of(user)) if code_of is not None else None
+        landed = FormBrowser().sign_in(url, user, password_of(user), redirect_of(url), code=code)
         answer = request(landed.split("#", 1)[0])
         assert answer.status == 200, answer
         return landed
@@ -146,9 +153,13 @@ def http_person(password_of: Callable[[str], str]) -> SignIn:
     return sign_in
 
 
-def chromium_person(driver: Any, password_of: Callable[[str], str], pages: list[str] | None = None) -> SignIn:
+def chromium_person(
+    driver: Any, password_of: Callable[[str], str], pages: list[str] | None = None, code_of: CodeOf | None = None
+) -> SignIn:
     """The person in headless Chromium (JavaScript off: the pages need none). `pages`
-    collects the text of every page seen, for the test to check what the person was shown."""
+    collects the text of every page seen, for the test to check what the person was shown;
+    `code_of`: their second factor's codes, typed into the one text input of the page after
+    the password (the contract's second step)."""
     from selenium.webdriver.common.by import By
 
     def first_submit(form: Any) -> Any:
@@ -181,6 +192,11 @@ def chromium_person(driver: Any, password_of: Callable[[str], str], pages: list[
                     names[0].send_keys(user)
                     passwords[0].send_keys(password_of(user))
                     signed = True
+            elif code_of is not None and not driver.find_elements(By.CSS_SELECTOR, "form input[type=password]"):
+                codes = form.find_elements(By.CSS_SELECTOR, "input[type=text]")
+                if codes:
+                    assert len(codes) == 1, f"{len(codes)} text inputs on the second step's form"
+                    codes[0].send_keys(code_of(user))
             before = driver.current_url, driver.page_source
             first_submit(form).click()
             # Wait for the next document (the click navigates; JavaScript is off).
@@ -195,3 +211,38 @@ def chromium_person(driver: Any, password_of: Callable[[str], str], pages: list[
             return driver.page_source[:2000]
 
     return sign_in
+
+
+def enrol_in_chromium(driver: Any, base: str, user: str, password: str, pages: list[str]) -> tuple[App, list[str]]:
+    """The person adds an authenticator app on the security page, as the contract describes
+    it: the link naming the app, the otpauth:// link, the form's one text input and first
+    submit button; then the recovery codes, each in its own <code>."""
+    from selenium.webdriver.common.by import By
+
+    def go(button: Any) -> None:
+        before = driver.page_source
+        button.click()
+        deadline = time.monotonic() + 30
+        while driver.page_source == before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pages.append(driver.find_element(By.TAG_NAME, "body").text)
+
+    driver.execute_cdp_cmd("Network.clearBrowserCookies", {})
+    driver.get(base + "/account/security")
+    form = driver.find_element(By.CSS_SELECTOR, "form input[type=password]").find_element(By.XPATH, "./ancestor::form")
+    form.find_element(By.CSS_SELECTOR, "input[type=text]").send_keys(user)
+    form.find_element(By.CSS_SELECTOR, "input[type=password]").send_keys(password)
+    go(form.find_element(By.CSS_SELECTOR, "button[type=submit]"))
+    links = [a for a in driver.find_elements(By.TAG_NAME, "a")
+             if re.search(r"authenticator|\bapp\b|totp", a.text, re.IGNORECASE)]
+    assert links, pages[-1]
+    links[0].click()
+    uri = driver.find_element(By.CSS_SELECTOR, "a[href^='otpauth://totp/']").get_attribute("href")
+    app = App.from_uri(uri)
+    (form,) = driver.find_elements(By.TAG_NAME, "form")
+    (field,) = form.find_elements(By.CSS_SELECTOR, "input[type=text]")
+    field.send_keys(app.code())
+    go(form.find_elements(By.CSS_SELECTOR, "button[type=submit]")[0])
+    codes = [c.text for c in driver.find_elements(By.CSS_SELECTOR, "#recovery-codes ~ ul code, ul.codes code")]
+    assert len(codes) == 10, pages[-1]
+    return app, codes

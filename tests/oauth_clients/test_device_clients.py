@@ -44,7 +44,7 @@ def run_device_flow(node: str, script: str, args: list[str], approve: Approve, t
     return run_script(node, script, args, answer, timeout)
 
 
-def chromium_approver(driver: Any, pages: list[str]) -> Approve:
+def chromium_approver(driver: Any, pages: list[str], code_of: Callable[[str], str] | None = None) -> Approve:
     """The person in headless Chromium (JavaScript off), following the contract: a sign-in form
     (one text input, one password input, the first submit button), a code page (one text
     input, the first submit button), a confirmation whose first button allows, second denies."""
@@ -69,7 +69,11 @@ def chromium_approver(driver: Any, pages: list[str]) -> Approve:
             form = driver.find_elements(By.TAG_NAME, "form")[-1]
             texts = form.find_elements(By.CSS_SELECTOR, "input[type=text], input[type=email]")
             passwords = form.find_elements(By.CSS_SELECTOR, "input[type=password]")
-            if passwords:
+            if "/account/second-step" in driver.current_url and texts:
+                assert code_of is not None and len(texts) == 1, pages[-1]
+                texts[0].send_keys(code_of(message["user"]))  # the second step: a current code
+                click(submits(form)[0])
+            elif passwords:
                 assert len(texts) == 1
                 texts[0].clear()
                 texts[0].send_keys(message["user"])

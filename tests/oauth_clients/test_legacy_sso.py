@@ -2,7 +2,8 @@
 `action=login`, `loginWithToken` / `login("m.login.token")`) against this server, the person
 signing in on our page in headless Chromium (and as a plain HTTP form client): with `[oauth]`
 on (the flows say `oauth_aware_preferred`), with `[mfa]` alone, and under delegation with a
-real Synapse behind the shipped nginx, where two legacy clients signed in so chat."""
+real Synapse behind the shipped nginx, where two legacy clients signed in so chat, and a
+person with an authenticator app signs in with a code at the second step (pyotp) and chats."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ import pytest
 
 from tests.oauth_clients.conftest import PASSWORDS
 from tests.oauth_clients.flow import FormBrowser
-from tests.oauth_clients.node import ROOT, chromium_person, http_person, run_flow, script_in
-from tests.support.delegation_stack import DelegationStack, password_of, serve
+from tests.oauth_clients.node import ROOT, chromium_person, enrol_in_chromium, http_person, run_flow, script_in
+from tests.support.delegation_stack import LOGIN, DelegationStack, password_of, serve
 from tests.support.helpers import ci
 from tests.support.js_sdk import install_js_sdk
 from tests.support.nio_e2e import NioUnavailable, nio_python
@@ -204,3 +205,49 @@ def test_two_legacy_clients_sign_in_through_the_browser_and_chat_at_synapse(mfa_
     # Synapse has the devices the token logins opened (provisioned before the login answered).
     assert carol_device in mfa_stack.synapse_devices("carol")
     assert dave_device in mfa_stack.synapse_devices("dave")
+
+
+def test_a_legacy_client_signs_in_with_a_second_factor_and_chats_at_synapse(mfa_stack: MfaStack, driver) -> None:
+    """erin adds an authenticator app on the account page (through nginx), so her password
+    alone gets no token; matrix-js-sdk's SSO helpers sign her in through the browser, a code of
+    her app at the second step, and she chats at Synapse with frank (who has no second factor,
+    and is asked for none)."""
+    from selenium.webdriver.common.by import By
+
+    app, _ = enrol_in_chromium(driver, mfa_stack.url, "erin", password_of("erin"), [])
+    password_login = {"type": "m.login.password", "identifier": {"type": "m.id.user", "user": "erin"},
+                      "password": password_of("erin")}
+    status, body = mfa_stack.call(LOGIN, password_login)
+    assert status == 403 and body["errcode"] == "M_FORBIDDEN" and "browser" in body["error"], body
+
+    asked: list[str] = []
+
+    def code_of(user: str) -> str:
+        asked.append(user)
+        return app.code()
+
+    pages: list[str] = []
+    node, script = sso_script(install_js_sdk())
+    # frank signs in first, erin last: her browser session is the one Chromium keeps.
+    out = run_flow(node, script, ["chat", mfa_stack.url, "frank", "erin"],
+                   chromium_person(driver, password_of, pages, code_of), timeout=300)
+    assert "failed" not in out, (out, mfa_stack.homeserver.log())
+    assert asked == ["erin"], asked  # the second step asked her, once, and not frank
+    assert any("Second step" in page for page in pages), pages
+    (frank, _), (erin, erin_device) = out["whoami"]
+    assert (frank, erin) == ("@frank:localhost", "@erin:localhost")
+    assert out["second_use"] == [[403, "M_FORBIDDEN"], [403, "M_FORBIDDEN"]]
+    assert out["first"] == {"body": "hello from a legacy client", "sender": frank}
+    assert out["reply"] == {"body": "and back", "sender": erin}
+    # Synapse has the device her token login opened, and none from the refused password.
+    assert mfa_stack.synapse_devices("erin") == [erin_device]
+    assert mfa_stack.our_devices("erin") == [erin_device]
+
+    # Her account page (the browser session the sign-in opened) says which factor it passed.
+    driver.get(mfa_stack.url + "/account/")
+    shown = driver.find_elements(By.XPATH, f"//li[.//code[text()='{erin_device}']]"
+                                           "//dt[text()='Second factor']/following-sibling::dd[1]")
+    assert [dd.text for dd in shown] == ["Authenticator app"], driver.find_element(By.TAG_NAME, "body").text
+    # And her password is still refused once she has signed in so.
+    status, body = mfa_stack.call(LOGIN, password_login)
+    assert status == 403 and body["errcode"] == "M_FORBIDDEN", body

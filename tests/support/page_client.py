@@ -81,11 +81,12 @@ class Browser:
         return resp
 
 
-def assert_page(resp: Response, status: int = 200) -> str:
-    """An HTML page with the page's security headers and no CORS; its text."""
+def assert_page(resp: Response, status: int = 200, *, script: bool = False) -> str:
+    """An HTML page with the page's security headers and no CORS; its text. `script`: a page
+    with a passkey button, whose policy adds `script-src 'self'` for webauthn.js alone."""
     assert resp.status == status, resp
     assert resp.headers["Content-Type"] == "text/html; charset=UTF-8", resp
-    assert resp.headers["Content-Security-Policy"] == CSP
+    assert resp.headers["Content-Security-Policy"] == (CSP + "; script-src 'self'" if script else CSP)
     assert resp.headers["X-Frame-Options"] == "DENY"
     assert resp.headers["X-Content-Type-Options"] == "nosniff"
     assert resp.headers["Referrer-Policy"] == "no-referrer"
@@ -94,7 +95,10 @@ def assert_page(resp: Response, status: int = 200) -> str:
     assert resp.headers.get("X-Request-ID")
     body = text(resp)
     assert body.startswith("<!DOCTYPE html>")
-    # Nothing the CSP would block: no script, no inline event handler, no inline style.
-    assert "<script" not in body
+    # Nothing the CSP would block: no script (but webauthn.js from this origin), no inline
+    # event handler, no inline style.
+    scripts = re.findall(r"<script[^>]*>", body)
+    assert scripts == (['<script src="/account/webauthn.js" defer>'] if script else []), scripts
+    assert "</script>" not in body.replace("<script src=\"/account/webauthn.js\" defer></script>", "")
     assert not re.search(r"<[^>]*\s(on[a-z]+|style)\s*=", body), body
     return body

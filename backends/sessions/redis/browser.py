@@ -7,10 +7,10 @@ from backends.sessions.browser import BrowserSession, BrowserSessions
 from backends.sessions.redis.part import RedisPart, user_base
 
 # KEYS: the sign-in's hash, the user's set of sign-ins. ARGV: id, user, created, expires (s),
-# ip, user agent. Both keys expire with the sign-in (the set with its longest-lived one).
+# ip, user agent, second factor. Both keys expire with the sign-in (the set with its longest-lived one).
 OPEN = """
 redis.call('HSET', KEYS[1], 'user', ARGV[2], 'created', ARGV[3], 'expires', ARGV[4],
-           'ip', ARGV[5], 'user_agent', ARGV[6])
+           'ip', ARGV[5], 'user_agent', ARGV[6], 'second_factor', ARGV[7])
 redis.call('EXPIREAT', KEYS[1], ARGV[4])
 redis.call('SADD', KEYS[2], ARGV[1])
 if redis.call('EXPIRETIME', KEYS[2]) < tonumber(ARGV[4]) then redis.call('EXPIREAT', KEYS[2], ARGV[4]) end
@@ -18,13 +18,13 @@ return 1
 """
 
 # KEYS: the user's set. ARGV: base, user, "1" to end them all. The standing sign-ins as flat
-# id, created, expires, ip, user agent (or, when ending, how many stood); members whose hash
+# id, created, expires, ip, user agent, second factor (or, when ending, how many stood); members whose hash
 # is gone (expired) or another user's are dropped.
 EACH = """
 local out, count = {}, 0
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   local key = ARGV[1] .. 'p:' .. id
-  local fields = redis.call('HMGET', key, 'user', 'created', 'expires', 'ip', 'user_agent')
+  local fields = redis.call('HMGET', key, 'user', 'created', 'expires', 'ip', 'user_agent', 'second_factor')
   if fields[1] ~= ARGV[2] then
     redis.call('SREM', KEYS[1], id)
   elseif ARGV[3] == '1' then
@@ -33,6 +33,7 @@ for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   else
     table.insert(out, id)
     for i = 2, 5 do table.insert(out, fields[i]) end
+    table.insert(out, fields[6] or '')
   end
 end
 if ARGV[3] == '1' then
@@ -52,7 +53,8 @@ return 1
 
 
 class RedisBrowserSessions(RedisPart, BrowserSessions):
-    """`<prefix>{<tag>}:p:<id>`: hash of one sign-in, expiring with it; `<prefix>{<tag>}:pages`:
+    """`<prefix>{<tag>}:p:<id>`: hash of one sign-in (user, created, expires, ip, user_agent,
+    second_factor), expiring with it; `<prefix>{<tag>}:pages`:
     set of the user's sign-in ids (the tag is the user's, as the sessions'). An end deletes
     the hash."""
 
@@ -64,15 +66,16 @@ class RedisBrowserSessions(RedisPart, BrowserSessions):
         await self.script(
             OPEN,
             self._keys(session.user, session.id),
-            [session.id, session.user, session.created, session.expires, session.ip, session.user_agent],
+            [session.id, session.user, session.created, session.expires, session.ip, session.user_agent,
+             session.second_factor],
         )
 
     async def list_open(self, user: str) -> list[BrowserSession]:
         base = user_base(self.prefix, user)
         flat = [text(item) for item in await self.script(EACH, [f"{base}pages"], [base, user, "0"])]
         found = [
-            BrowserSession(flat[i], user, int(flat[i + 1]), int(flat[i + 2]), flat[i + 3], flat[i + 4])
-            for i in range(0, len(flat), 5)
+            BrowserSession(flat[i], user, int(flat[i + 1]), int(flat[i + 2]), flat[i + 3], flat[i + 4], flat[i + 5])
+            for i in range(0, len(flat), 6)
         ]
         return sorted(found, key=lambda s: (s.created, s.id))
 

@@ -66,7 +66,8 @@ end
 """
 
 # KEYS: session, device set, devices hash. ARGV: user, device, created, ip, seen, expires
-# ("" for none), display name, digest, identity fingerprint, password fingerprint ("" for none).
+# ("" for none), display name, digest, identity fingerprint, password fingerprint, second factor
+# ("" for none).
 OPEN = """
 local expires = ARGV[6]
 -- Before any write: -2 for a new key, -1 for one without expiry, else its expiry.
@@ -77,6 +78,7 @@ redis.call('SADD', KEYS[2], ARGV[8])
 redis.call('HSETNX', KEYS[3], ARGV[2], ARGV[7])
 if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'identity_fp', ARGV[9]) end
 if ARGV[10] ~= '' then redis.call('HSET', KEYS[1], 'password_fp', ARGV[10]) end
+if ARGV[11] ~= '' then redis.call('HSET', KEYS[1], 'second_factor', ARGV[11]) end
 if expires ~= '' then
   redis.call('HSET', KEYS[1], 'expires_ts', expires)
   redis.call('PEXPIREAT', KEYS[1], expires)
@@ -187,17 +189,18 @@ for _, device in ipairs(devices) do
   if #keys == 0 then
     redis.call('HDEL', KEYS[1], device)
   else
-    local best_ip, best_ts = '', -1
+    local best_ip, best_ts, best_factor = '', -1, ''
     for _, key in ipairs(keys) do
-      local seen = redis.call('HMGET', key, 'last_seen_ip', 'last_seen_ts')
+      local seen = redis.call('HMGET', key, 'last_seen_ip', 'last_seen_ts', 'second_factor')
       local ts = tonumber(seen[2]) or 0
-      if ts > best_ts then best_ip, best_ts = seen[1], ts end
+      if ts > best_ts then best_ip, best_ts, best_factor = seen[1], ts, seen[3] or '' end
     end
     local name = redis.call('HGET', KEYS[1], device) or ''
     table.insert(out, device)
     table.insert(out, name)
     table.insert(out, best_ip)
     table.insert(out, tostring(best_ts))
+    table.insert(out, best_factor)
   end
 end
 return out

@@ -12,6 +12,7 @@ from backends.sessions.records import Device, Session
 from backends.sessions.redis.browser import RedisBrowserSessions
 from backends.sessions.redis.buckets import RedisRateBuckets
 from backends.sessions.redis.delegation import RedisDelegationState
+from backends.sessions.redis.factors import RedisFactorStore
 from backends.sessions.redis.imported import RedisImportedState
 from backends.sessions.redis.login_tokens import RedisLoginTokens
 from backends.sessions.redis.oauth import RedisOAuthStore
@@ -40,15 +41,15 @@ class RedisSessionStore(RedisPart, SessionStore):
     tag, so each change is one Lua script, atomic, even on a Cluster:
 
     - `<prefix>{<tag>}:s:<token digest>`: hash of one session (user, device_id, created_ts,
-      last_seen_ip, last_seen_ts, expires_ts, ended_ts, identity_fp, password_fp); expires
-      with the token;
+      last_seen_ip, last_seen_ts, expires_ts, ended_ts, identity_fp, password_fp,
+      second_factor); expires with the token;
     - `<prefix>{<tag>}:d:<device id>`: set of the digests of the device's open sessions;
     - `<prefix>{<tag>}:devices`: hash device id -> display name, of devices with open sessions;
     - `<prefix>users`: set of users with sessions (for the sweep of removed users);
     - `<prefix>{<tag>}:p:<id>`, `<prefix>{<tag>}:pages`, `<prefix>rl:<bucket>`,
-      `<prefix>delegation:*`, `<prefix>oauth:*`, `<prefix>lt:<digest>`, `<prefix>synapse:*`: the
-      other parts' (browser.py, buckets.py, delegation.py, oauth.py, oauth_device.py,
-      login_tokens.py, imported.py).
+      `<prefix>delegation:*`, `<prefix>oauth:*`, `<prefix>lt:<digest>`, `<prefix>synapse:*`,
+      `<prefix>{<tag>}:mfa`, `<prefix>mfa:*`: the other parts' (browser.py, buckets.py,
+      delegation.py, oauth.py, oauth_device.py, login_tokens.py, imported.py, factors.py).
 
     The tag is a digest of the user name, so no name can break out of it (part.user_base).
     """
@@ -69,6 +70,7 @@ class RedisSessionStore(RedisPart, SessionStore):
         self._imported = RedisImportedState(
             connection, key_prefix, sessions=self, open_call=self.open_call, oauth=self._oauth
         )
+        self._factors = RedisFactorStore(connection, key_prefix)
 
     @classmethod
     def from_config(cls, options: dict[str, Any], *, config_dir: str) -> RedisSessionStore:
@@ -118,6 +120,9 @@ class RedisSessionStore(RedisPart, SessionStore):
     def imported(self) -> RedisImportedState:
         return self._imported
 
+    def factors(self) -> RedisFactorStore:
+        return self._factors
+
     # -- sessions -------------------------------------------------------------------
 
     def open_call(self, session: Session, display_name: str | None) -> tuple[list[str], list[Any]]:
@@ -128,7 +133,7 @@ class RedisSessionStore(RedisPart, SessionStore):
             [
                 session.user, session.device_id, session.created_ts, session.last_seen_ip, session.last_seen_ts,
                 session.expires_ts or "", display_name or "", session.token_hash,
-                session.identity_fp or "", session.password_fp or "",
+                session.identity_fp or "", session.password_fp or "", session.second_factor,
             ],
         )
 
@@ -160,6 +165,7 @@ class RedisSessionStore(RedisPart, SessionStore):
             ended_ts=number("ended_ts"),
             identity_fp=record.get("identity_fp"),
             password_fp=record.get("password_fp"),
+            second_factor=record.get("second_factor", ""),
         )
 
     async def touch(self, user: str, token_hash: str, ip: str, ts: int) -> None:
@@ -195,11 +201,11 @@ class RedisSessionStore(RedisPart, SessionStore):
         base = self.base(user)
         flat = await self.script(DEVICES, [f"{base}devices"], [base, device_id or ""])
         devices = []
-        for i in range(0, len(flat), 4):
-            device, name, ip, ts = (
-                item.decode("utf-8", "replace") if isinstance(item, bytes) else item for item in flat[i : i + 4]
+        for i in range(0, len(flat), 5):
+            device, name, ip, ts, factor = (
+                item.decode("utf-8", "replace") if isinstance(item, bytes) else item for item in flat[i : i + 5]
             )
-            devices.append(Device(device, name, ip, int(ts)))
+            devices.append(Device(device, name, ip, int(ts), factor))
         return sorted(devices, key=lambda d: d.device_id)
 
     async def devices(self, user: str) -> list[Device]:

@@ -11,7 +11,7 @@ from backends.sessions.browser import BrowserSession, BrowserSessions
 from backends.sessions.sqlite.file import SqlitePart
 
 T = TypeVar("T")
-_COLUMNS = "id, user, created, expires, ip, user_agent"
+_COLUMNS = "id, user, created, expires, ip, user_agent, second_factor"
 
 
 class SqliteBrowserSessions(SqlitePart, BrowserSessions):
@@ -30,8 +30,9 @@ class SqliteBrowserSessions(SqlitePart, BrowserSessions):
         def work(conn: sqlite3.Connection) -> None:
             conn.execute("DELETE FROM page_sessions WHERE expires <= ?", (int(time.time()),))
             conn.execute(
-                f"INSERT INTO page_sessions ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
-                (session.id, session.user, session.created, session.expires, session.ip, session.user_agent),
+                f"INSERT INTO page_sessions ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (session.id, session.user, session.created, session.expires, session.ip, session.user_agent,
+                 session.second_factor),
             )
 
         await self._transaction(work)

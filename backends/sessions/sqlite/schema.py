@@ -4,12 +4,14 @@ born in a numbered migration: 1 sessions, devices, rate_limits; 2 delegation_use
 delegation_resync; 3 the sessions' credential fingerprints; 4 page_sessions (the account
 page's sign-ins); 5 oauth_clients, oauth_codes, oauth_grants, oauth_refresh; 6
 oauth_device_codes; 7 login_tokens (legacy clients' browser sign-ins, MSC3824); 8 synapse_tokens,
-synapse_deactivated (a Synapse moved here); 9 delegation_missing, delegation_sweep (the
-directory sweep)."""
+synapse_deactivated (a Synapse moved here); 9 mfa_factors, mfa_challenges and the second_factor
+columns of sessions and page_sessions (second factors, issue 38); 10 delegation_missing,
+delegation_sweep (the directory sweep)."""
 
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import time
 from collections.abc import Callable
@@ -143,7 +145,30 @@ MIGRATIONS: list[str] = [
         ts   INTEGER NOT NULL         -- ms: when the move recorded it
     ) WITHOUT ROWID;
     """,
-    # 9: the directory sweep (issue 36, sqlite/delegation.py): the users provisioned at
+    # 9: second factors (sqlite/factors.py): each person's authenticator apps, passkeys and
+    # recovery codes (the Factor as JSON; rowid keeps them oldest first), and the WebAuthn
+    # challenges until they expire; which second factor each session and each browser session
+    # passed ('' for none). IF NOT EXISTS and guarded ALTERs: migrations are renumbered at merges.
+    """
+    CREATE TABLE IF NOT EXISTS mfa_factors (
+        factor_id     TEXT NOT NULL UNIQUE,
+        user          TEXT NOT NULL,
+        kind          TEXT NOT NULL,     -- totp, webauthn, recovery
+        credential_id BLOB,              -- a passkey's (once per person), NULL for the others
+        record        TEXT NOT NULL      -- the Factor, JSON (secrets sealed, codes as digests)
+    );
+    CREATE INDEX IF NOT EXISTS mfa_factors_by_user ON mfa_factors (user, kind);
+    CREATE UNIQUE INDEX IF NOT EXISTS mfa_factors_credential ON mfa_factors (user, credential_id)
+        WHERE credential_id IS NOT NULL;
+    CREATE TABLE IF NOT EXISTS mfa_challenges (
+        key        TEXT PRIMARY KEY,     -- SHA-256 of the challenge, hex
+        record     TEXT NOT NULL,
+        expires_ts INTEGER NOT NULL      -- ms
+    ) WITHOUT ROWID;
+    ALTER TABLE sessions ADD COLUMN second_factor TEXT NOT NULL DEFAULT '';
+    ALTER TABLE page_sessions ADD COLUMN second_factor TEXT NOT NULL DEFAULT '';
+    """,
+    # 10: the directory sweep (issue 36, sqlite/delegation.py): the users provisioned at
     # Synapse it found missing from the user store and since when, and one row for the sweep
     # itself: its lease (who sweeps, until when), when the last sweep started, and how many
     # users the last sweep the guard let through found.
@@ -164,6 +189,20 @@ MIGRATIONS: list[str] = [
 VERSION = len(MIGRATIONS)
 
 
+_ADD_COLUMN = re.compile(r"\s*ALTER\s+TABLE\s+(\w+)\s+ADD\s+COLUMN\s+(\w+)", re.IGNORECASE)
+
+
+def _column_exists(conn: sqlite3.Connection, statement: str) -> bool:
+    """Whether `statement` adds a column its table has already: the guard of every ALTER TABLE
+    ... ADD COLUMN (SQLite has no IF NOT EXISTS for them), so a migration renumbered at a merge
+    runs again harmlessly on a file that had it under its old number."""
+    match = _ADD_COLUMN.match(statement)
+    if match is None:
+        return False
+    table, column = match.groups()
+    return any(row[1] == column for row in conn.execute(f"PRAGMA table_info({table})"))
+
+
 def migrate(conn: sqlite3.Connection) -> int:
     """Bring the schema to VERSION in one write transaction; the version it was at before.
 
@@ -177,7 +216,8 @@ def migrate(conn: sqlite3.Connection) -> int:
             raise sqlite3.DatabaseError(f"schema version {before} is newer than this server's {VERSION}")
         for script in MIGRATIONS[before:]:
             for statement in filter(str.strip, script.split(";")):
-                conn.execute(statement)
+                if not _column_exists(conn, statement):
+                    conn.execute(statement)
         if before != VERSION:
             conn.execute(f"PRAGMA user_version = {VERSION}")
     except BaseException:

@@ -13,6 +13,7 @@ from backends.sessions.records import Device, Session
 from backends.sessions.sqlite.browser import SqliteBrowserSessions
 from backends.sessions.sqlite.buckets import SqliteRateBuckets
 from backends.sessions.sqlite.delegation import SqliteDelegationState
+from backends.sessions.sqlite.factors import SqliteFactorStore
 from backends.sessions.sqlite.file import SqliteFile, SqlitePart
 from backends.sessions.sqlite.imported import SqliteImportedState
 from backends.sessions.sqlite.login_tokens import SqliteLoginTokens
@@ -22,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 _SESSION_COLUMNS = (
     "token_hash, user, device_id, created_ts, last_seen_ip, last_seen_ts, expires_ts, ended_ts, "
-    "identity_fp, password_fp"
+    "identity_fp, password_fp, second_factor"
 )
 _GET = f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE token_hash = ?"
 KEPT_SESSIONS = 10_000  # sessions a process keeps; past this, it starts afresh
@@ -76,6 +77,7 @@ class SqliteSessionStore(SqlitePart, SessionStore):
         self._imported = SqliteImportedState(
             self.db, insert_sessions=self.insert_many, insert_grants=self._oauth.insert_grants
         )
+        self._factors = SqliteFactorStore(self.db)
 
     @classmethod
     def from_config(cls, options: dict[str, Any], *, config_dir: str) -> SqliteSessionStore:
@@ -116,6 +118,9 @@ class SqliteSessionStore(SqlitePart, SessionStore):
     def imported(self) -> SqliteImportedState:
         return self._imported
 
+    def factors(self) -> SqliteFactorStore:
+        return self._factors
+
     # -- sessions -------------------------------------------------------------------
 
     @staticmethod
@@ -123,10 +128,10 @@ class SqliteSessionStore(SqlitePart, SessionStore):
         """Record a new session (and its device when new) inside a write transaction: `open`'s
         work, also one step of the OAuth store's refresh (oauth.py)."""
         conn.execute(
-            f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
+            f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?)",
             (session.token_hash, session.user, session.device_id, session.created_ts,
              session.last_seen_ip, session.last_seen_ts, session.expires_ts,
-             session.identity_fp, session.password_fp),
+             session.identity_fp, session.password_fp, session.second_factor),
         )
         conn.execute(
             "INSERT OR IGNORE INTO devices (user, device_id, display_name) VALUES (?, ?, ?)",
@@ -138,9 +143,9 @@ class SqliteSessionStore(SqlitePart, SessionStore):
         """Record sessions made elsewhere (a move from Synapse) inside a write transaction; one
         already there (its digest) is left as it is, and so is a device's name."""
         conn.executemany(
-            f"INSERT OR IGNORE INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
+            f"INSERT OR IGNORE INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?)",
             [(s.token_hash, s.user, s.device_id, s.created_ts, s.last_seen_ip, s.last_seen_ts, s.expires_ts,
-              s.identity_fp, s.password_fp) for s, _ in sessions],
+              s.identity_fp, s.password_fp, s.second_factor) for s, _ in sessions],
         )
         conn.executemany(
             "INSERT OR IGNORE INTO devices (user, device_id, display_name) VALUES (?, ?, ?)",
@@ -269,14 +274,15 @@ class SqliteSessionStore(SqlitePart, SessionStore):
     # -- devices --------------------------------------------------------------------
 
     def _device_rows(self, conn: sqlite3.Connection, user: str, device_id: str | None) -> list[Device]:
-        # SQLite returns the bare columns of the row holding MAX(): the latest session's address.
+        # SQLite returns the bare columns of the row holding MAX(): the latest session's address
+        # and second factor.
         where = "s.user = ? AND s.ended_ts IS NULL AND (s.expires_ts IS NULL OR s.expires_ts > ?)"
         args: list[Any] = [user, _now_ms()]
         if device_id is not None:
             where += " AND s.device_id = ?"
             args.append(device_id)
         rows = conn.execute(
-            "SELECT s.device_id, COALESCE(d.display_name, ''), s.last_seen_ip, MAX(s.last_seen_ts) "
+            "SELECT s.device_id, COALESCE(d.display_name, ''), s.last_seen_ip, MAX(s.last_seen_ts), s.second_factor "
             "FROM sessions s LEFT JOIN devices d ON d.user = s.user AND d.device_id = s.device_id "
             f"WHERE {where} GROUP BY s.device_id ORDER BY s.device_id",
             args,

@@ -1,0 +1,148 @@
+"""The account page's security page (`/account/security`, issue 38) over HTTP: listed from the
+menu; an authenticator app added in the interface contract's shape (a link naming it, the
+`otpauth://` link, one form with one text input, then each recovery code in its own `<code>`);
+a passkey added (py_webauthn checking a software authenticator's answer); a factor removed and
+the codes renewed only with the password again or a code; no script but webauthn.js."""
+
+from __future__ import annotations
+
+import re
+from html import unescape
+from typing import Any
+
+import pytest
+
+from tests.mfa.authenticator import SoftAuthenticator
+from tests.oauth_clients.flow import forms_of
+from tests.support.helpers import DEFAULT_USERS, record
+from tests.support.page_client import Browser, assert_page, text
+from tests.support.second_factors import App, add_app
+
+KEY = "an operator's key of at least 32 bytes, for tests"
+PAGE = "/account/security"
+STEP = "/account/second-step"
+
+
+@pytest.fixture
+def user_records():
+    return [dict(r) for r in DEFAULT_USERS] + [record("carol", "sesame", "-c", mfa_required=True)]
+
+
+@pytest.fixture
+def config_overrides() -> dict[str, Any]:
+    return {"mfa": {"enabled": True, "key": KEY}}
+
+
+@pytest.fixture
+def browser(fetch) -> Browser:
+    return Browser(fetch)
+
+
+async def signed_in(browser: Browser, name: str = "bob", password: str = "builder", app: App | None = None) -> str:
+    """Signed in on the security page's own form (through the second step with `app`); its HTML."""
+    page = assert_page(await browser.get(path=PAGE))
+    assert f'action="{PAGE}"' in page and 'type="password"' in page
+    resp = await browser.post({"op": "sign_in", "name": name, "password": password}, path=PAGE)
+    if app is not None:
+        assert resp.headers["Location"].startswith(STEP), resp
+        step = assert_page(await browser.get(path=resp.headers["Location"]))
+        then = unescape(re.search(r'name="then" value="([^"]*)"', step).group(1))
+        resp = await browser.post({"op": "code", "code": app.code(), "then": then}, path=STEP)
+    assert resp.status == 303 and resp.headers["Location"] == PAGE, resp
+    return assert_page(await browser.get(path=PAGE))
+
+
+async def add_app_on_the_page(browser: Browser, page: str) -> tuple[App, str]:
+    """The contract's way: the link naming the app, the otpauth:// link, the one form."""
+    link = re.search(r'<a [^>]*href="([^"]+)"[^>]*>([^<]*(?:authenticator|app|TOTP)[^<]*)</a>', page, re.IGNORECASE)
+    assert link, page
+    adding = assert_page(await browser.get(path=unescape(link.group(1))))
+    uri = re.search(r'<a href="(otpauth://totp/[^"]+)"', adding)
+    assert uri, adding
+    (form,) = forms_of(adding)  # the page's one form
+    assert [f[1] for f in form.fields if f[0] == "text"] == ["code"] and form.submits[0] == ("op", "add_app")
+    assert "<svg" in adding and "<title>QR code" in adding
+    app = App.from_uri(unescape(uri.group(1)))
+    assert app.secret in adding.replace(" ", "")  # the secret as text, to type it in
+    fields = {name: value for _, name, value in form.fields if name != "_xsrf"}
+    resp = await browser.post({**fields, "code": app.code(), "op": "add_app"}, path=PAGE)
+    return app, assert_page(resp)
+
+
+async def test_the_menu_leads_here_and_an_app_is_added_in_the_contracts_shape(hs, browser):
+    await browser.sign_in("bob", "builder")
+    assert 'href="/account/security"' in assert_page(await browser.get())
+    page = assert_page(await browser.get(path=PAGE))
+    assert "You have none yet" in page
+    _, after = await add_app_on_the_page(browser, page)
+    codes = re.findall(r"<code>([^<]+)</code>", after.split('id="recovery-codes"')[1].split("</section>")[0])
+    assert len(codes) == 10 and all(re.fullmatch(r"[0-9a-z]{4}-[0-9a-z]{4}-[0-9a-z]{4}", c) for c in codes), codes
+    assert "Authenticator app added" in after
+    # Shown once: the page again lists the app and how many codes are left, not the codes.
+    again = assert_page(await browser.get(path=PAGE))
+    assert codes[0] not in again and "10 of your recovery codes" in again
+    # This browser's session now counts as having used it: still signed in.
+    (opened,) = await hs.browser_sessions.list_open("bob")
+    assert opened.second_factor == "totp"
+    assert "Your sessions" in assert_page(await browser.get())
+
+
+async def test_a_wrong_first_code_shows_the_same_app_again(hs, browser):
+    page = await signed_in(browser)
+    link = re.search(r'href="([^"]*add=app)"', page).group(1)
+    adding = assert_page(await browser.get(path=unescape(link)))
+    app = App.from_uri(unescape(re.search(r'<a href="(otpauth://totp/[^"]+)"', adding).group(1)))
+    pending = unescape(re.search(r'name="pending" value="([^"]+)"', adding).group(1))
+    again = assert_page(await browser.post({"op": "add_app", "pending": pending, "code": app.wrong()}, path=PAGE), 403)
+    assert app.secret in again.replace(" ", "") and await hs.second_factors.factors("bob") == []
+
+
+async def test_removing_and_renewing_ask_for_the_password_or_a_code(hs, browser):
+    app, codes = await add_app(hs.second_factors, "bob")
+    page = await signed_in(browser, app=app)
+    factor_id = re.search(r'name="factor_id" value="([^"]+)"', page).group(1)
+    assert "Confirm with your password" in assert_page(
+        await browser.post({"op": "remove", "factor_id": factor_id}, path=PAGE), 400)
+    assert "Wrong password" in assert_page(
+        await browser.post({"op": "remove", "factor_id": factor_id, "password": "nope"}, path=PAGE), 403)
+    renewed = assert_page(await browser.post({"op": "renew", "password": "builder"}, path=PAGE))
+    new_codes = re.findall(r"<li><code>([^<]+)</code></li>", renewed)
+    assert len(new_codes) == 10 and codes[0] not in new_codes
+    resp = await browser.post({"op": "remove", "factor_id": factor_id, "code": new_codes[0]}, path=PAGE)
+    assert resp.status == 303 and resp.headers["Location"] == PAGE
+    assert "The second factor is removed" in assert_page(await browser.get(path=PAGE))
+    assert await hs.second_factors.factors("bob") == []  # the recovery codes went with the last one
+
+
+async def test_a_person_who_must_have_one_cannot_remove_the_last(hs, browser):
+    app, _ = await add_app(hs.second_factors, "carol")
+    page = await signed_in(browser, "carol", "sesame", app=app)
+    factor_id = re.search(r'name="factor_id" value="([^"]+)"', page).group(1)
+    resp = await browser.post({"op": "remove", "factor_id": factor_id, "password": "sesame"}, path=PAGE)
+    assert "add another one" in assert_page(resp, 409)
+    assert len(await hs.second_factors.factors("carol")) == 2
+
+
+async def test_a_passkey_is_added_with_the_script_allowed_on_that_page_only(hs, browser, fetch):
+    page = await signed_in(browser)
+    assert "script-src" not in (await browser.get(path=PAGE)).headers["Content-Security-Policy"]
+    resp = await browser.get({"add": "passkey"}, path=PAGE)
+    adding = assert_page(resp, script=True)
+    options = unescape(re.search(r'data-webauthn-options="([^"]+)"', adding).group(1))
+    assert 'data-webauthn="create"' in adding and "passkey" in adding.lower()
+    key = SoftAuthenticator(origin="http://localhost:8008", rp_id="localhost")
+    after = assert_page(await browser.post({"op": "add_passkey", "credential": key.create(options)}, path=PAGE))
+    assert "Passkey added" in after and len(re.findall(r"<li><code>", after)) == 10
+    (passkey, _) = await hs.second_factors.factors("bob")
+    assert passkey.kind == "webauthn"
+    script = await fetch("/account/webauthn.js")
+    assert script.status == 200 and script.headers["Content-Type"].startswith("text/javascript")
+    assert script.headers["X-Content-Type-Options"] == "nosniff" and b"navigator.credentials" in script.body
+    assert "Add a passkey" in page
+
+
+async def test_signed_out_it_asks_to_sign_in_and_a_post_changes_nothing(hs, browser):
+    page = assert_page(await browser.get(path=PAGE))
+    assert "Sign in" in page
+    resp = await browser.post({"op": "renew", "password": "builder"}, path=PAGE)
+    assert resp.status == 401 and "Sign in to continue" in text(resp)
