@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -10,7 +12,7 @@ import pytest
 
 from homeserver.passwords import hash_password
 from tests.support.redis_servers import wait_until
-from tests.support.servers import WHOAMI, Server, call, login, run_py, write_config
+from tests.support.servers import ROOT, WHOAMI, Server, call, login, run_py, write_config
 
 
 @pytest.fixture
@@ -108,15 +110,22 @@ def test_an_unknown_user_names_the_store_and_the_config_it_looked_in(server, con
     assert "or name the server's config" not in done.stderr  # it was named
 
 
-def test_without_config_the_answer_says_which_config_it_read(server, conf, monkeypatch, capsys):
+def test_without_config_the_answer_says_which_config_it_read(server, conf):
     """`sessions issue mybot` without --config reads conf/homeserver.toml: the answer says so,
-    and that --config names the server's own (here the default is pointed at a test config)."""
-    import homeserver.config
-    from homeserver.cli import main
+    and that --config names the server's own (here the default is pointed at a test config).
 
-    monkeypatch.setattr(homeserver.config, "DEFAULT_CONFIG", conf)
-    assert main(["sessions", "issue", "mybot", "--device", "BOT"]) == 1
-    err = capsys.readouterr().err
+    In a process of its own: the command's asyncio.run() in the test's process would unset
+    the loop the test runner keeps, left unclosed for a later test to trip on."""
+    code = (
+        "import sys; import homeserver.config as config; config.DEFAULT_CONFIG = sys.argv[1]; "
+        "from homeserver.cli import main; sys.exit(main(sys.argv[2:]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, conf, "sessions", "issue", "mybot", "--device", "BOT"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    err = done.stderr
     assert "unknown user 'mybot' in the file user store" in err and f"(config {conf})" in err, err
     assert err.rstrip().endswith("or name the server's config with --config"), err
 
