@@ -5,6 +5,7 @@ the store a server of that config made, without its key."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 
 import pytest
@@ -42,7 +43,10 @@ def with_factors(config: str, work) -> None:
         finally:
             await store.close()
 
-    asyncio.run(go())
+    # Its own event loop in another thread: asyncio.run() here would unset the main thread's
+    # loop a tornasync test left there, collected unclosed later (tests/backends/test_redis_cli.py).
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, go()).result()
 
 
 def test_list_prints_one_line_per_factor_and_reset_removes_them_all(config):
