@@ -8,12 +8,20 @@ six-digit code matches one in a million; three codes pass at a time (the window)
 the defaults (a burst of 5, then one a minute) a day of guessing passes with odds of about
 0.4 %, and every guess is in the audit log. Passkeys are not limited by it: an assertion
 cannot be guessed, and a person whose codes are being guessed can still sign in with one.
+
+The limit is read before a code is looked at and a wrong one counted after, so one person's
+codes are checked one at a time in a process (`one_at_a_time`): guesses sent together would
+otherwise all be read under the limit before the first was counted. Several processes on one
+store each let one through at a time: at most that many past the limit, not a flood.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from backends.sessions.buckets import RateBuckets
 from homeserver.errors import StoreUnavailable
@@ -55,6 +63,8 @@ class WrongCodeLimit:
         self.clock = clock
         self._local_until = 0.0
         self._degraded = False
+        # The person whose code is being checked in this process, and how many wait for it.
+        self._turns: dict[str, tuple[asyncio.Lock, int]] = {}
 
     @staticmethod
     def key(user: str) -> str:
@@ -78,6 +88,22 @@ class WrongCodeLimit:
                 return wait
         key = user.casefold()
         return self.local.take(key) if take else self.local.wait_time(key)
+
+    @asynccontextmanager
+    async def one_at_a_time(self, user: str) -> AsyncIterator[None]:
+        """Hold the person's other codes in this process until this one is checked and counted."""
+        key = user.casefold()
+        lock, waiting = self._turns.get(key, (asyncio.Lock(), 0))
+        self._turns[key] = (lock, waiting + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, waiting = self._turns[key]
+            if waiting == 1:
+                del self._turns[key]
+            else:
+                self._turns[key] = (lock, waiting - 1)
 
     async def check(self, user: str) -> None:
         """Refuse (TooManyWrongCodes) a person whose wrong codes are over the limit; take nothing."""

@@ -297,6 +297,10 @@ class SecondFactors:
         """Pass the second step with a current code of one of the person's apps, or one of their
         recovery codes (each once). TooManyWrongCodes when their wrong codes are over the
         limit (then even a right code is refused); WrongCode otherwise."""
+        async with self.limit.one_at_a_time(user):  # counted before the next is looked at
+            return await self._check_code(user, code)
+
+    async def _check_code(self, user: str, code: str) -> Passed:
         try:
             await self.limit.check(user)
         except TooManyWrongCodes:

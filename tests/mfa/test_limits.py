@@ -3,6 +3,7 @@ process while they do not; a person over it is refused, the right code too."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -108,3 +109,19 @@ def test_from_config():
     limit = WrongCodeLimit.from_config(section, None)
     assert isinstance(limit.local, TokenBuckets)
     assert (limit.local.interval, limit.local.capacity) == (2.0, 4.0)
+
+
+async def test_one_persons_codes_are_checked_one_at_a_time_and_nothing_is_kept_after(clock):
+    limit = WrongCodeLimit(0.1, 3, None, clock=clock)
+    order: list[str] = []
+
+    async def check(user: str, tag: str) -> None:
+        async with limit.one_at_a_time(user):
+            order.append(f"{tag} in")
+            await asyncio.sleep(0)
+            order.append(f"{tag} out")
+
+    await asyncio.gather(check("alice", "a1"), check("ALICE", "a2"), check("bob", "b"))
+    assert order.index("a1 out") < order.index("a2 in")  # case variants are one person
+    assert order.index("b in") < order.index("a1 out")  # another person does not wait
+    assert limit._turns == {}

@@ -6,10 +6,12 @@ they began, signed in; a person who must have a factor and has none adds one the
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 from urllib.parse import unquote
 
+import pyotp
 import pytest
 
 from tests.oauth_clients.flow import forms_of
@@ -115,6 +117,18 @@ async def test_wrong_codes_are_limited_per_person(hs, browser, caplog):
     failures = {s.labels["kind"]: s.value for m in hs.metrics.second_factors.collect() for s in m.samples
                 if s.name.endswith("_total") and s.labels["outcome"] == "failure"}
     assert failures == {"totp": 3.0}
+
+
+async def test_wrong_codes_sent_at_once_get_no_more_tries_than_the_limit(hs, browser):
+    """Codes sent together (a guesser's parallel requests) are counted as one after another:
+    no more of them are tried than the limit lets through, the rest answer 429."""
+    app, _ = await add_app(hs.second_factors, "alice")
+    html = await to_second_step(browser)
+    window = {pyotp.TOTP(app.secret).at((app.step_now() + i) * 30) for i in range(-2, 3)}
+    wrong = [c for c in (f"{n:06d}" for n in range(20)) if c not in window][:12]
+    answers = await asyncio.gather(*(code(browser, html, guess) for guess in wrong))
+    statuses = sorted(resp.status for resp in answers)
+    assert statuses.count(403) == 3 and set(statuses) == {403, 429}, statuses
 
 
 async def test_a_recovery_code_passes_once_and_says_how_many_are_left(hs, browser, fetch):
