@@ -38,7 +38,7 @@ from homeserver.account_page import BrowserSessionCookie
 from homeserver.credentials import Credentials
 from homeserver.errors import MatrixError, invalid_param, missing_param, user_locked
 from homeserver.login import LoginRefused
-from homeserver.oauth.clients import loopback_host
+from homeserver.oauth.clients import form_action_source, loopback_host
 from homeserver.oauth.registration import HOST, URI_CHARS
 from homeserver.sessions import token_digest
 from homeserver.users import Users
@@ -113,11 +113,8 @@ class ClientRedirect:
         return f"{path}?{'&'.join(pairs)}{hash_mark}{fragment}"
 
     def form_target(self) -> str:
-        """The CSP source the page's form may be redirected to: the URL's origin, or its scheme
-        (for an application's scheme, and for an IPv6 literal, which CSP host sources cannot name)."""
-        if self.web and ":" not in (self.parts.hostname or ""):
-            return f"{self.scheme}://{self.parts.netloc.lower()}"
-        return f"{self.scheme}:"
+        """The CSP source the page's form may be redirected to (the URL's)."""
+        return form_action_source(self.url)
 
 
 def check_redirect_url(value: str | None) -> ClientRedirect:

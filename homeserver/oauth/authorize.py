@@ -20,7 +20,7 @@ from backends.base import User
 from backends.sessions.oauth import CodeRecord, OAuthStore
 from homeserver.credentials import Credentials
 from homeserver.errors import PageError
-from homeserver.oauth.clients import display_name, redirect_matches
+from homeserver.oauth.clients import display_name, form_action_source, redirect_matches
 from homeserver.oauth.common import CODE_LIFETIME, PENDING_CLIENT, new_token, now_ms
 from homeserver.oauth.errors import INVALID_REQUEST, LOGIN_REQUIRED, UNSUPPORTED_RESPONSE_TYPE, OAuthError
 from homeserver.oauth.scopes import Scope, parse_scope
@@ -59,12 +59,8 @@ class Redirect:
         return self.url({"error": error.error, "error_description": error.description})
 
     def form_target(self) -> str:
-        """The CSP source the sign-in form may be redirected to: the redirect URI's origin
-        (or its private-use scheme)."""
-        parts = urlsplit(self.redirect_uri)
-        if parts.scheme in ("http", "https"):
-            return f"{parts.scheme}://{parts.netloc}"
-        return f"{parts.scheme}:"
+        """The CSP source the sign-in form may be redirected to (the redirect URI's)."""
+        return form_action_source(self.redirect_uri)
 
 
 class RedirectError(Exception):

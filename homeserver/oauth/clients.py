@@ -34,6 +34,17 @@ def host_of(parts: SplitResult) -> str:
     return (parts.hostname or "").lower()
 
 
+def form_action_source(uri: str) -> str:
+    """The CSP source a form needs to be redirected to `uri`: its origin, or its scheme alone
+    for a private-use scheme and for an IPv6 literal, which CSP host sources cannot name (a
+    browser drops such a source, and the redirect is blocked)."""
+    parts = urlsplit(uri)
+    scheme = parts.scheme.lower()
+    if scheme in ("http", "https") and ":" not in (parts.hostname or ""):
+        return f"{scheme}://{parts.netloc.lower()}"
+    return f"{scheme}:"
+
+
 def _loopback(uri: str) -> tuple[str, str] | None:
     """An http loopback URI's host and what follows its port (path and query), or None for any
     other URI (or one with a fragment mark, an upper-case scheme or host, a port out of 1-65535

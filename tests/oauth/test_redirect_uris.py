@@ -120,6 +120,16 @@ async def test_a_loopback_redirect_that_is_not_exact_is_an_error_page(client):
         assert resp.status == 400 and "Location" not in resp.headers, (given, resp)
 
 
+async def test_the_form_may_go_on_to_an_ipv6_loopback_redirect(client):
+    # CSP host sources cannot name an IPv6 literal (a browser drops `http://[::1]:53123` and the
+    # redirect with the code is blocked): the form goes on by the scheme, as the SSO page's does.
+    body = assert_json(await client.register(redirect_uris=["http://[::1]/cb"]), 201)
+    params = {**await client.params(), "client_id": body["client_id"], "redirect_uri": "http://[::1]:53123/cb"}
+    page = await client.authorize_page(params)
+    assert page.status == 200, page
+    assert "form-action 'self' http:;" in page.headers["Content-Security-Policy"], page.headers
+
+
 # -- issue 34, finding 5: no character that reorders or hides text in a name people are shown ------
 
 INVISIBLE = ["\u202e", "\u202d", "\u202a", "\u2066", "\u2067", "\u2068", "\u2069", "\u200e", "\u200f", "\u061c",
