@@ -214,9 +214,9 @@ class SecondFactors:
     async def _added(self, factor: Factor) -> Added:
         had = await self.store.factors(factor.user)
         if not await self.store.add_factor(factor):
-            existing = next((f for f in had if f.factor_id == factor.factor_id), None)
+            existing = await self.store.factor(factor.user, factor.factor_id)
             if existing is not None and existing.kind == factor.kind:
-                return Added(existing, [])  # the same form sent twice
+                return Added(existing, [])  # the same form sent twice (at once, too: read after)
             raise PasskeyError("this passkey is added already")
         audit(FACTOR_ADDED, user=factor.user, reason=factor.kind)
         codes: list[str] = []

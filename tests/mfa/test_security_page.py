@@ -6,6 +6,7 @@ the codes renewed only with the password again or a code; no script but webauthn
 
 from __future__ import annotations
 
+import asyncio
 import re
 from html import unescape
 from typing import Any
@@ -85,6 +86,20 @@ async def test_the_menu_leads_here_and_an_app_is_added_in_the_contracts_shape(hs
     (opened,) = await hs.browser_sessions.list_open("bob")
     assert opened.second_factor == "totp"
     assert "Your sessions" in assert_page(await browser.get())
+
+
+async def test_the_add_form_sent_twice_at_once_adds_the_app_once(hs, browser):
+    # A double click: both answers are pages (no 500), and one app is kept.
+    assert "You have none yet" in await signed_in(browser)
+    adding = assert_page(await browser.get(path=PAGE, query={"add": "app"}))
+    app = App.from_uri(unescape(re.search(r'<a href="(otpauth://totp/[^"]+)"', adding).group(1)))
+    (form,) = forms_of(adding)
+    fields = {name: value for _, name, value in form.fields if name != "_xsrf"}
+    fields.update(code=app.code(), op="add_app")
+    answers = await asyncio.gather(browser.post(fields, path=PAGE), browser.post(fields, path=PAGE))
+    assert [resp.status for resp in answers] == [200, 200], answers
+    assert all("Authenticator app added" in text(resp) for resp in answers)
+    assert [f.kind for f in await hs.second_factors.factors("bob")].count("totp") == 1
 
 
 async def test_a_wrong_first_code_shows_the_same_app_again(hs, browser):
