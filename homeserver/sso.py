@@ -174,9 +174,9 @@ class LoginTokens:
         self.lifetime = lifetime
         self.clock = clock
 
-    async def issue(self, browser_session: BrowserSessionCookie, *, second_factor: str = "") -> str:
-        """A new login token for the person signed in by `browser_session`; `second_factor`:
-        what that browser session says of its second step, for the session the token opens."""
+    async def issue(self, browser_session: BrowserSessionCookie) -> str:
+        """A new login token for the person signed in by `browser_session` (with the second
+        factor its sign-in passed, for the session the token opens)."""
         token = secrets.token_urlsafe(32)
         now = int(self.clock())
         record = LoginTokenRecord(
@@ -186,7 +186,7 @@ class LoginTokens:
             browser_session=browser_session.nonce,
             created=now,
             expires=now + self.lifetime,
-            second_factor=second_factor,
+            second_factor=browser_session.second_factor,
         )
         await self.store.add(token_digest(token), record)
         return token

@@ -114,8 +114,7 @@ class SsoPageHandler(PageHandler):
         if self.user is None or self.browser_session is None:
             self.show("sign_in", redirect, 401, error="Sign in to continue.")
             return
-        # The second factor the browser session passed goes on to the session the token opens.
-        token = await login_tokens.issue(self.browser_session, second_factor=self.browser_session.second_factor)
+        token = await login_tokens.issue(self.browser_session)  # its second factor goes on with it
         logger.info("sso: %s sent back to %s with a login token", self.user.name, redirect.host)
         self.redirect(redirect.with_token(token), status=303)
 
