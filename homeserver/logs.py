@@ -32,15 +32,21 @@ SECRET_PARAMS = frozenset({
 })
 
 
-def scrub_uri(uri: str) -> str:
-    """Return the request URI with secret query values replaced by 'redacted'."""
+def scrub_uri(uri: str, *, nested: bool = True) -> str:
+    """Return the request URI with secret query values replaced by 'redacted': its own, and
+    those of a value that is itself an address with a query, one level down (the second
+    step's `then`, the page it returns to: `/account/device?user_code=...`)."""
     path, sep, query = uri.partition("?")
     if not sep:
         return path
     pairs = parse_qsl(query, keep_blank_values=True)
-    if not any(name in SECRET_PARAMS for name, _ in pairs):
+    scrubbed = [
+        (n, "redacted" if n in SECRET_PARAMS else scrub_uri(v, nested=False) if nested and "?" in v else v)
+        for n, v in pairs
+    ]
+    if scrubbed == pairs:
         return uri
-    return path + "?" + urlencode([(n, "redacted" if n in SECRET_PARAMS else v) for n, v in pairs])
+    return path + "?" + urlencode(scrubbed)
 
 
 def log_request(handler: Any) -> None:

@@ -7,6 +7,7 @@ they began, signed in; a person who must have a factor and has none adds one the
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from typing import Any
 from urllib.parse import unquote
@@ -129,6 +130,21 @@ async def test_wrong_codes_sent_at_once_get_no_more_tries_than_the_limit(hs, bro
     answers = await asyncio.gather(*(code(browser, html, guess) for guess in wrong))
     statuses = sorted(resp.status for resp in answers)
     assert statuses.count(403) == 3 and set(statuses) == {403, 429}, statuses
+
+
+async def test_the_second_steps_address_logs_no_user_code_of_the_page_it_returns_to(hs, browser, caplog):
+    # The device page's sign-in returns to its code (`then=/account/device?user_code=...`): the
+    # access log redacts the user code there as it does at the top of a query.
+    await add_app(hs.second_factors, "alice")
+    caplog.set_level(logging.INFO, logger="homeserver.access")
+    await browser.get(path="/account/device", query={"user_code": "WDJB-MJHT"})
+    resp = await browser.post({"op": "sign_in", "name": "alice", "password": "wonderland", "user_code": "WDJB-MJHT"},
+                              path="/account/device")
+    assert resp.status == 303 and "WDJB" in unquote(resp.headers["Location"]), resp
+    assert_page(await browser.get(path=resp.headers["Location"]))
+    logged = [r.getMessage() for r in caplog.records if r.name == "homeserver.access"]
+    assert any(STEP in line for line in logged), logged
+    assert not [line for line in logged if "WDJB" in unquote(unquote(line))], logged
 
 
 async def test_a_recovery_code_passes_once_and_says_how_many_are_left(hs, browser, fetch):

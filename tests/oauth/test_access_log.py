@@ -5,7 +5,7 @@ it in a query string."""
 from __future__ import annotations
 
 import logging
-from urllib.parse import urlencode
+from urllib.parse import unquote, urlencode
 
 import pytest
 
@@ -27,6 +27,16 @@ def test_every_secret_parameter_is_redacted():
     for value in SECRETS.values():
         assert value not in scrubbed and urlencode({"v": value})[2:] not in scrubbed
     assert "grant_type=refresh_token" in scrubbed and "state=s1" in scrubbed
+
+
+def test_a_secret_in_an_address_carried_in_the_query_is_redacted_one_level_down():
+    then = "/account/device?" + urlencode({"user_code": "WDJB-MJHT", "x": "1"})
+    scrubbed = scrub_uri("/account/second-step?" + urlencode({"then": then}))
+    assert "WDJB" not in scrubbed and "redacted" in unquote(scrubbed) and "x%3D1" in scrubbed
+    plain = "/account/second-step?" + urlencode({"then": "/account/?action=org.matrix.profile"})
+    assert scrub_uri(plain) == plain
+    deep = "/x?" + "then=/y?" * 5000 + "code=c0de"  # no deeper than one level: no recursion to exhaust
+    assert scrub_uri(deep).startswith("/x?then=")
 
 
 async def test_the_access_line_of_an_oauth_request_has_no_secret(fetch, caplog):
