@@ -36,7 +36,7 @@ from homeserver.mfa.service import (
     WrongCode,
 )
 from homeserver.names import user_id
-from homeserver.oauth.authorize import Redirect
+from homeserver.oauth.clients import form_action_source
 from homeserver.oauth.metadata import AUTHORIZATION_PATH
 
 logger = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ def going_on(then: str) -> str | None:
     redirect_uri = dict(params).get("redirect_uri")
     if path != AUTHORIZATION_PATH or not redirect_uri:
         return None
-    return Redirect(redirect_uri, "query", None, "").form_target()
+    return form_action_source(redirect_uri)
 
 
 class SecondStepHandler(PageHandler):
