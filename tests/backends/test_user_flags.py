@@ -26,7 +26,7 @@ from tests.backends.listing_stores import (
     STAFF_GROUP,
     ListedStore,
     add_group,
-    ldap_store,
+    listed_store,
 )
 from tests.support.helpers import record
 from tests.support.redis_servers import redis_overrides
@@ -147,11 +147,8 @@ def test_a_group_dn_with_escapes_is_compared_by_its_parse():
 
 
 @pytest.fixture
-def groups_slapd() -> Iterator[ListedStore]:
-    for listed in ldap_store():
-        yield listed
-        for close in listed.close:
-            close()
+def groups_slapd(tmp_path) -> Iterator[ListedStore]:
+    yield from listed_store("ldap", tmp_path)
 
 
 @pytest.fixture
