@@ -267,9 +267,14 @@ class RedisBackend(UserBackend):
                 if exists:
                     present.add(user.name)
             added = [user for user in users if user.name not in present]
-            if cluster:  # a Cluster pipelines no scripts: each user's, then the addresses
-                outcomes = await asyncio.gather(*(client.eval(ADD_USER_SCRIPT, 1, self.key(user.name), "0", "0", "0",
-                                                              *_pairs(user)) for user in added))
+            if cluster:  # a Cluster pipelines no scripts: each user's, some at a time, then the addresses
+                step = self.connection.cluster_in_flight(len(added))
+                outcomes = []
+                for start in range(0, len(added), step):
+                    outcomes += await asyncio.gather(*(
+                        client.eval(ADD_USER_SCRIPT, 1, self.key(user.name), "0", "0", "0", *_pairs(user))
+                        for user in added[start:start + step]
+                    ))
                 pipe = client.pipeline(transaction=False)
             else:
                 sha = await client.script_load(ADD_USER_SCRIPT)

@@ -189,6 +189,12 @@ class RedisConnection:
         pool = BlockingConnectionPool(**{**pool_kwargs, **common, **self.url_kwargs})
         return Redis.from_pool(pool)
 
+    def cluster_in_flight(self, wanted: int) -> int:
+        """How many commands of `wanted` one step may have in flight at once on a Cluster: a
+        node's connections are `max_connections`, and redis-py's Cluster client refuses one
+        more (MaxConnectionsError) rather than wait for one, as the other modes' pool does."""
+        return max(1, min(wanted, self.options["max_connections"]))
+
     def where(self) -> str:
         """Name the Redis in use for log lines (never its password)."""
         opts = self.options

@@ -8,16 +8,19 @@ CRC (a token with a typo costs no store trip), reads the localpart, then asks th
 as for one of ours. The user store and the session decide; the name in the token is only
 where to look (a token naming another user finds no session).
 
-Older Synapses made macaroons (base64 text, no dots); any token that is neither ours (a JWT:
-three parts joined by dots) nor a well-formed `syt_` is looked up by its digest alone in the
-move's bookkeeping (`ImportedState.token_user`), one store trip more, only for such tokens
-(the check counts the live ones a move carries: `names_its_user`).
+Older Synapses made macaroons (base64 text, no dots); a token that is neither ours (a JWT:
+three parts joined by dots) nor a well-formed `syt_`, and is base64 text as a macaroon is,
+is looked up by its digest alone in the move's bookkeeping (`ImportedState.token_user`),
+one store trip more, only for such tokens (the check counts the live ones a move carries:
+`names_its_user`). Any other text is no token: the sessions no token has (a kept device's,
+a grant's) are keyed by digests of text with a colon.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import re
 import zlib
 
 ACCESS_PREFIX = "syt_"
@@ -54,10 +57,18 @@ def synapse_token_user(token: str) -> str | None:
     return localpart or None
 
 
+# An older Synapse's macaroon: pymacaroons' serialization, base64 (URL-safe, padded or not).
+# Only such text is looked up by digest: the keys of the sessions no token has (a kept
+# device's, homeserver.migration.plan.device_digest; a grant's) are digests of text with a
+# colon, which anyone could otherwise send as a token to open them.
+_MACAROON = re.compile(r"[A-Za-z0-9_\-+/]+={0,2}")
+
+
 def maybe_legacy(token: str) -> bool:
     """Whether a token that is not ours may be one Synapse made that does not name its user
-    (looked up by digest): not shaped like ours (three parts joined by dots), not too long."""
-    return token.count(".") != 2 and 0 < len(token) <= 4096
+    (looked up by digest): base64 text, as a macaroon is (so never three parts joined by dots,
+    as ours), not too long."""
+    return len(token) <= 4096 and _MACAROON.fullmatch(token) is not None
 
 
 def names_its_user(token: str, localpart: str) -> bool:

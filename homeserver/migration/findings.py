@@ -123,6 +123,11 @@ def from_survey(survey: Survey, synapse: SynapseConfig, config: Config, *, direc
                                      f"{_verb(survey.no_hash.count, 'has', 'have')} no password hash (made by "
                                      f"single sign-on or a module: {survey.no_hash}): they are not moved and their "
                                      "sessions are not carried until add-user gives them a password here"))
+        if survey.bad_hash.count:
+            found.append(("warning", f"{_plural(survey.bad_hash.count, 'Synapse user')} "
+                                     f"{_verb(survey.bad_hash.count, 'has', 'have')} a password hash that is not "
+                                     f"bcrypt ({survey.bad_hash}): they are not moved and their sessions are not "
+                                     "carried until add-user gives them a password here"))
         found += _passwords(survey, synapse, config)
         if survey.several_emails:
             found.append(("warning", f"{_plural(survey.several_emails, 'user')} "

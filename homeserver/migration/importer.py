@@ -40,7 +40,7 @@ from homeserver.migration.plan import (
     new_record,
     place,
 )
-from homeserver.migration.survey import Names
+from homeserver.migration.survey import LOOKUPS, Names
 from homeserver.oauth.common import grant_session_digest
 from homeserver.users import Users
 
@@ -117,7 +117,12 @@ class Importer:
         return self.counts
 
     async def _batch(self, accounts: list[SynapseAccount]) -> None:
-        found = await asyncio.gather(*(self.users.get(a.user.localpart, case_insensitive=True) for a in accounts))
+        # LOOKUPS at a time, as the check's: an LDAP store queues them on its small pool, and
+        # the wait counts in each lookup's timeout.
+        found: list[User | None] = []
+        for start in range(0, len(accounts), LOOKUPS):
+            chunk = accounts[start:start + LOOKUPS]
+            found += await asyncio.gather(*(self.users.get(a.user.localpart, case_insensitive=True) for a in chunk))
         plans = [await self._plan(account, stored) for account, stored in zip(accounts, found, strict=True)]
         batch, records = await self._without_known(plans)
         if not self.dry_run:

@@ -108,7 +108,8 @@ def new_record(account: SynapseAccount, email: str | None) -> User:
 
 def device_digest(name: str, device_id: str) -> str:
     """The session key of a device kept with no live token: no token's digest (tokens are JWTs,
-    `syt_` text or macaroons)."""
+    `syt_` text or macaroons, whose base64 has no colon: homeserver.synapse_tokens.maybe_legacy
+    looks nothing else up)."""
     return token_digest(f"synapse-device:{name}\n{device_id}")
 
 

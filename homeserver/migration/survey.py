@@ -4,7 +4,8 @@ carry and what it would leave behind, counted (and named, a few at a time).
 A user is *moved* when this server can serve them after the switch: not a guest, not an
 application service's, not deactivated, approved, and present under the same name in the
 store (an LDAP directory: found there; a file or Redis store: found there, or bringing a
-Synapse password hash to import). Only a moved user's live tokens are carried.
+Synapse bcrypt hash to import). The run's own rule says so (homeserver/migration/plan.py
+`place`). Only a moved user's live tokens are carried.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from backends.base import User
 from backends.synapse.database import SynapseDatabase
 from backends.synapse.rows import SynapseAccount, TokenFate
+from homeserver.migration.plan import ADDED, DIRECTORY, KEPT, place
 from homeserver.synapse_tokens import names_its_user
 from homeserver.users import Users
 
@@ -54,6 +56,7 @@ class Survey:
     hashes: int = 0  # moved users bringing a Synapse password hash
     hash_costs: Counter[int] = field(default_factory=Counter)  # their bcrypt costs
     no_hash: Names = field(default_factory=Names)  # file/Redis: not in the store and no hash
+    bad_hash: Names = field(default_factory=Names)  # file/Redis: not in the store, a hash that is no bcrypt
     ours: Names = field(default_factory=Names)  # already in the store under the same name
     case_only: Names = field(default_factory=Names)  # in the store under another case
     missing: Names = field(default_factory=Names)  # LDAP: not in the directory
@@ -104,7 +107,7 @@ class Surveyor:
         found = await asyncio.gather(*(self.users.get(a.user.localpart, case_insensitive=True) for a in wanted))
         stored = {a.user.user_id: user for a, user in zip(wanted, found, strict=True)}
         for account in accounts:
-            self._account(account, account.user.user_id in stored, stored.get(account.user.user_id))
+            self._account(account, stored.get(account.user.user_id))
 
     @staticmethod
     def _candidate(account: SynapseAccount) -> bool:
@@ -112,7 +115,7 @@ class Surveyor:
         user = account.user
         return not (user.is_guest or user.appservice_id or not user.approved)
 
-    def _account(self, account: SynapseAccount, looked_up: bool, stored: User | None) -> None:
+    def _account(self, account: SynapseAccount, stored: User | None) -> None:
         survey, user = self.survey, account.user
         name = user.localpart
         survey.users += 1
@@ -130,7 +133,7 @@ class Surveyor:
             if stored is not None:  # the store would let them log in again
                 survey.returning.add(name)
         else:
-            moved = looked_up and self._moved(name, user.password_hash, stored)
+            moved = self._moved(place(account, stored, directory=self.directory), name, user.password_hash, stored)
             if moved and user.admin and stored is not None and not stored.admin and name not in self.admins:
                 survey.unmarked_admins.add(name)
         survey.devices += len(account.devices)
@@ -146,27 +149,25 @@ class Surveyor:
         survey.phone_numbers += sum(t.medium != "email" for t in account.threepids)
         survey.several_emails += len(account.emails) > 1
 
-    def _moved(self, name: str, password_hash: str | None, stored: User | None) -> bool:
-        """Sort one looked-up user into ours / case_only / missing / no_hash; True if moved."""
+    def _moved(self, kind: str, name: str, password_hash: str | None, stored: User | None) -> bool:
+        """Count one user where the run puts them (`kind`, plan.place's); True if moved."""
         survey = self.survey
-        if stored is not None and stored.name != name:
+        if kind == "case_only" and stored is not None:
             survey.case_only.add(f"{name} ({stored.name} here)")
-            return False
-        if self.directory:
-            if stored is None:
-                survey.missing.add(name)
-                return False
-            survey.directory_hashes += password_hash is not None
-            return True
-        if stored is not None:
-            survey.ours.add(name)
-            return True
-        if not password_hash:
+        elif kind == "missing":
+            survey.missing.add(name)
+        elif kind == "no_hash":
             survey.no_hash.add(name)
-            return False
-        survey.hashes += 1
-        survey.hash_costs[_cost(password_hash)] += 1
-        return True
+        elif kind == "bad_hash":
+            survey.bad_hash.add(name)
+        elif kind == DIRECTORY:
+            survey.directory_hashes += password_hash is not None
+        elif kind == KEPT:
+            survey.ours.add(name)
+        elif kind == ADDED and password_hash is not None:
+            survey.hashes += 1
+            survey.hash_costs[_cost(password_hash)] += 1
+        return kind in (ADDED, KEPT, DIRECTORY)
 
 
 def _cost(password_hash: str) -> int:

@@ -18,7 +18,7 @@ from typing import Any
 import ldap3
 
 from tests.support.helpers import hex_hash, record
-from tests.support.redis_servers import RedisProcess, make_store, redis_overrides
+from tests.support.redis_servers import RedisProcess, make_store, redis_overrides, start_server
 from tests.support.slapd import PEOPLE, READER_DN, READER_PASSWORD, SUFFIX, Slapd, base_ldif, person, require_slapd
 
 ADMIN_DN, ADMIN_PASSWORD = f"cn=admin,{SUFFIX}", "adminpw"
@@ -169,3 +169,14 @@ def ldap_store() -> Iterator[ListedStore]:
         yield listed
     finally:
         server.cleanup()
+
+
+def listed_store(kind: str, tmp_path: Any) -> Iterator[ListedStore]:
+    """The store of `kind` ("file", "redis", "ldap") for one test (a fixture's body), closed after it."""
+    if kind == "file":
+        yield file_store(tmp_path)
+        return
+    for listed in [redis_store(tmp_path, start_server)] if kind == "redis" else ldap_store():
+        yield listed
+        for close in listed.close:
+            close()

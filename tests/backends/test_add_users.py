@@ -69,3 +69,19 @@ async def test_into_redis(mode, request, tmp_path):
         for key in client.scan_iter(match=prefix + "*"):
             client.delete(key)
         client.close()
+
+
+async def test_a_whole_batch_into_a_redis_cluster(redis_cluster):
+    # A batch of the move (importer.BATCH users) is more than a Cluster node's connections
+    # (`max_connections`, 100 by default): the scripts must not all be in flight at once.
+    prefix = "test:add-users:batch:"
+    section = {"url": f"redis://{redis_cluster.addresses[0]}/0", "mode": "cluster",
+               "cluster_nodes": redis_cluster.addresses, "key_prefix": prefix, "email_key_prefix": prefix + "email:"}
+    backend = create_backend(build_config({"backend": {"type": "redis", "redis": section}}))
+    await backend.start()
+    try:
+        many = [User(name=f"user{i:04}", ident="", password=HEX, email=f"u{i}@example.org") for i in range(1000)]
+        assert await backend.add_users(many) == [user.name for user in many]
+        assert (await backend.get_user("user0999")).email == "u999@example.org"
+    finally:
+        await backend.close()

@@ -121,3 +121,23 @@ async def test_a_batch_on_a_redis_cluster(redis_cluster, tmp_path):
         assert await store.get("bob", "t3") is None
     finally:
         await store.close()
+
+
+async def test_a_whole_batch_on_a_redis_cluster(redis_cluster, tmp_path):
+    """A batch of the move (about 5,000 sessions) is more than a Cluster node's connections
+    (`max_connections`, 100 by default): its scripts must not all be in flight at once."""
+    from backends.sessions import create_session_store
+    from homeserver.config import build_config
+
+    config = build_config({"sessions": {"store": "redis", "redis": {
+        "url": f"redis://{redis_cluster.addresses[0]}/0", "mode": "cluster", "cluster_nodes": redis_cluster.addresses,
+        "key_prefix": "test:imported-many:"}}})
+    store = create_session_store("redis", dict(config.section("sessions.redis")), config_dir=str(tmp_path))
+    await store.start()
+    try:
+        sessions = [(session(f"t{i}", f"user{i % 300}", f"D{i}"), None) for i in range(1000)]
+        await store.imported().add(ImportBatch(sessions=sessions, tokens=[(s.token_hash, s.user) for s, _ in sessions]))
+        assert (await store.get("user99", "t999")).device_id == "D999"
+        assert len(await store.imported().known_tokens([s.token_hash for s, _ in sessions])) == 1000
+    finally:
+        await store.close()

@@ -26,7 +26,7 @@ from tests.backends.listing_stores import (
     STAFF_GROUP,
     ListedStore,
     add_group,
-    ldap_store,
+    listed_store,
 )
 from tests.support.helpers import record
 from tests.support.redis_servers import redis_overrides
@@ -135,12 +135,20 @@ def test_a_group_dn_matches_however_its_spaces_and_case_are_written():
     assert not group.matches({})
 
 
+def test_a_group_dn_with_escapes_is_compared_by_its_parse():
+    # Most groups differ from the filter's in more than spaces and case and are told apart
+    # without a parse; a DN with an escape or quotes is parsed, on either side.
+    group = LockFilter(r"(memberOf=cn=Smith\, John's team,ou=Groups,dc=example,dc=org)", "backend.ldap.admin_filter")
+    assert group.matches({"memberof": [rb"CN=smith\, john's TEAM , ou=groups, dc=example, dc=org"]})
+    assert not group.matches({"memberof": [rb"cn=smith\, john's team,ou=other,dc=example,dc=org"]})
+    assert not group.matches({"memberof": [b"cn=smith, john's team,ou=groups,dc=example,dc=org"]})
+    assert LockFilter("(memberOf=cn=a b,dc=x)", "k").matches({"memberof": [b"CN = A  B , DC=X"]})
+    assert not LockFilter("(memberOf=cn=a b,dc=x)", "k").matches({"memberof": [b"cn=ab,dc=x"]})
+
+
 @pytest.fixture
-def groups_slapd() -> Iterator[ListedStore]:
-    for listed in ldap_store():
-        yield listed
-        for close in listed.close:
-            close()
+def groups_slapd(tmp_path) -> Iterator[ListedStore]:
+    yield from listed_store("ldap", tmp_path)
 
 
 @pytest.fixture

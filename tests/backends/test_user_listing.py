@@ -13,24 +13,12 @@ from collections.abc import Iterator
 import pytest
 
 from backends.base import StoreIncomplete, User
-from tests.backends.listing_stores import NAMES, ListedStore, file_store, ldap_store, redis_store
-from tests.support.redis_servers import start_server
+from tests.backends.listing_stores import NAMES, ListedStore, listed_store
 
 
 @pytest.fixture(params=["file", "redis", "ldap"])
 def store(request, tmp_path) -> Iterator[ListedStore]:
-    if request.param == "file":
-        yield file_store(tmp_path)
-    elif request.param == "redis":
-        listed = redis_store(tmp_path, start_server)
-        yield listed
-        for close in listed.close:
-            close()
-    else:
-        for listed in ldap_store():
-            yield listed
-            for close in listed.close:
-                close()
+    yield from listed_store(request.param, tmp_path)
 
 
 @pytest.fixture

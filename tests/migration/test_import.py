@@ -116,3 +116,40 @@ async def test_the_cases_a_small_synapse_does_not_show(hs, synapse_db, tmp_path)
     again = await move(hs, settings)
     assert (again.added, again.kept, again.access, again.refresh, again.device_only) == (0, 3, 1, 0, 0)
     assert again.already >= 4
+
+
+async def test_the_store_is_asked_a_few_users_at_a_time(hs, synapse_db, tmp_path):
+    # An LDAP store runs lookups on a small pool and counts the wait in each one's timeout:
+    # a batch of a thousand users asked at once would time out on a slow directory.
+    import asyncio
+
+    from homeserver.migration.survey import LOOKUPS
+
+    synapse_db.rows.users([{"name": u(f"user{i:03}"), "password_hash": NOW_HASH} for i in range(3 * LOOKUPS)])
+    synapse_db.rows.commit()
+
+    class Counting:
+        name = "file"
+
+        def __init__(self, backend):
+            self.backend, self.in_flight, self.most = backend, 0, 0
+
+        async def get_user(self, name, *, case_insensitive=False):
+            self.in_flight += 1
+            self.most = max(self.most, self.in_flight)
+            try:
+                await asyncio.sleep(0)
+                return await self.backend.get_user(name, case_insensitive=case_insensitive)
+            finally:
+                self.in_flight -= 1
+
+        async def get_users_by_email(self, address):
+            return await self.backend.get_users_by_email(address)
+
+    counting = Counting(hs.backend)
+    importer = Importer(users=Users(counting), backend=hs.backend, imported=hs.sessions.store.imported(),
+                        credentials=hs.credentials, directory=False)
+    with SynapseDatabase.open(database_settings({"database": synapse_db.section}, str(tmp_path))) as database:
+        counts = await importer.run(database, "localhost")
+    assert counts.added == 3 * LOOKUPS
+    assert 1 < counting.most <= LOOKUPS

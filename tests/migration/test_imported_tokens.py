@@ -120,3 +120,24 @@ async def test_locked_removed_and_changed_users_as_for_ours(fetch, hs, users_pat
     assert assert_error(await fetch(WHOAMI, token=admin_token), 401, "M_UNKNOWN_TOKEN")["soft_logout"] is False
     for token in (alice_token, bob_token, admin_token):
         assert await introspect(fetch, token) == {"active": False}
+
+
+async def test_the_key_of_a_kept_device_is_no_token(fetch, hs):
+    # A device the move kept with no live token has a session under `device_digest`, a digest
+    # of text anyone can write (the user's name, a device ID other users see in key queries):
+    # that text, given as a token, must not open the device's session.
+    from urllib.parse import quote
+
+    from homeserver.migration.plan import device_digest
+
+    stored = await hs.users.get("alice")
+    fingerprint = hs.credentials.of(stored)
+    now = now_ms()
+    digest = device_digest("alice", "KEPT")
+    session = Session(digest, "alice", "KEPT", now, "10.0.0.9", now, None,
+                      identity_fp=fingerprint.identity, password_fp=fingerprint.password)
+    await hs.sessions.store.imported().add(ImportBatch(sessions=[(session, "kept")], tokens=[(digest, "alice")]))
+    forged = "synapse-device:alice\nKEPT"
+    assert token_digest(forged) == digest
+    assert_error(await fetch(f"{WHOAMI}?access_token={quote(forged)}"), 401, "M_UNKNOWN_TOKEN")
+    assert await introspect(fetch, quote(forged)) == {"active": False}

@@ -24,7 +24,7 @@ from backends.sessions.redis.scripts import OPEN
 
 OpenCall = Callable[[Session, "str | None"], "tuple[list[str], list[Any]]"]
 
-CHUNK = 500  # digests asked in one HMGET; a Cluster's sessions opened at once
+CHUNK = 500  # digests asked in one HMGET; a Cluster's sessions opened at once (at most)
 
 
 def _ms(seconds: float) -> int:
@@ -55,8 +55,9 @@ class RedisImportedState(RedisPart, ImportedState):
         client = self.connection.connect()
         cluster = isinstance(client, RedisCluster)
         if cluster:  # a Cluster pipelines no scripts: each session's, some at a time
-            for start in range(0, len(batch.sessions), CHUNK):
-                chunk = batch.sessions[start:start + CHUNK]
+            step = self.connection.cluster_in_flight(CHUNK)
+            for start in range(0, len(batch.sessions), step):
+                chunk = batch.sessions[start:start + step]
                 await asyncio.gather(*(self.script(OPEN, *self.open_call(s, name)) for s, name in chunk))
         with self.connection.errors():
             pipe = client.pipeline(transaction=not cluster)

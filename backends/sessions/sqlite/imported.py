@@ -1,4 +1,4 @@
-"""`ImportedState` in the SQLite session file (tables synapse_tokens, synapse_deactivated; migration 7):
+"""`ImportedState` in the SQLite session file (tables synapse_tokens, synapse_deactivated; migration 8):
 a batch of a move is one write transaction, its sessions and grants written by the session
 store's and the OAuth store's own inserts (`insert_sessions`, `insert_grants`)."""
 
