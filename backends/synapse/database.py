@@ -350,7 +350,12 @@ def _open_postgres(settings: DatabaseSettings) -> psycopg.Connection[tuple[Any, 
     keywords.setdefault("application_name", "homeserver migrate-synapse")
     keywords.setdefault("connect_timeout", "10")
     try:
-        conn = psycopg.connect(psycopg.conninfo.make_conninfo(settings.dsn, **keywords))
+        conninfo = psycopg.conninfo.make_conninfo(settings.dsn, **keywords)
+    except psycopg.Error:
+        # Not libpq's words: they quote the text, and a DSN may hold the password.
+        raise SynapseReadError(f"cannot read {settings.describe()}: its dsn is not a valid connection string") from None
+    try:
+        conn = psycopg.connect(conninfo)
         conn.read_only = True
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
     except psycopg.Error as exc:

@@ -125,7 +125,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     progress = Progress(sys.stderr, "migrate-synapse run" + (" --dry-run" if args.dry_run else ""))
     try:
         counts = asyncio.run(_import(config, args.synapse_config, args.dry_run, progress))
-    except (SynapseReadError, StoreUnavailable, StoreDataError, ConfigError) as exc:
+    except (SynapseReadError, StoreUnavailable, StoreDataError, ConfigError, OSError) as exc:
+        # OSError: the users file could not be written (its folder's permissions, a full disk).
         progress.clear()
         what = "Synapse's database" if isinstance(exc, SynapseReadError) else "this server's stores"
         print(f"error: {what}: {exc}; users written before it stand, whole, and a run again completes the move")

@@ -290,3 +290,13 @@ def test_postgres_without_the_driver_is_one_line(monkeypatch):
         SynapseDatabase.open(DatabaseSettings("psycopg2", postgres={"dbname": "synapse"}))
     assert str(caught.value) == INSTALL_DRIVER
     assert "pip install --require-hashes -r constraints-migrate.txt" in INSTALL_DRIVER
+
+
+def test_a_malformed_dsn_is_said_without_its_text():
+    """libpq's parse error quotes the connection string, and a DSN may hold the password."""
+    settings = DatabaseSettings("psycopg2", dsn="host=db password='s3cret-pw", postgres={"dbname": "synapse"})
+    with pytest.raises(SynapseReadError) as caught:
+        SynapseDatabase.open(settings)
+    message = str(caught.value)
+    assert message.endswith("its dsn is not a valid connection string"), message
+    assert "s3cret" not in message and "\n" not in message
