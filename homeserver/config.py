@@ -89,7 +89,29 @@ def state_directory(environ: Mapping[str, str]) -> str | None:
     return first or None
 
 
-def _type_error(where: str, kind: str, value: Any) -> ConfigError:
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "a list"}
+
+
+def _shown(value: Any, secret: bool) -> str:
+    """A value as an error may show it: a secret's only by its type, a URL's without its password."""
+    if secret:
+        return _TYPE_NAMES.get(type(value), "a table")
+    if isinstance(value, str) and "://" in value:
+        value = _without_password(value)
+    return repr(value)
+
+
+def _without_password(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    authority, slash, path = rest.partition("/")
+    userinfo, at, host = authority.rpartition("@")
+    if not at:
+        return url
+    user = userinfo.partition(":")[0]
+    return f"{scheme}{sep}{user}{':***' if ':' in userinfo else ''}@{host}{slash}{path}"
+
+
+def _type_error(where: str, kind: str, value: Any, secret: bool = False) -> ConfigError:
     names = {
         "str": "a string",
         "int": "an integer",
@@ -98,10 +120,10 @@ def _type_error(where: str, kind: str, value: Any) -> ConfigError:
         "str_list": "a list of strings",
         "str_or_list": "a string or a list of strings",
     }
-    return ConfigError(f"{where}: expected {names[kind]}, got {value!r}")
+    return ConfigError(f"{where}: expected {names[kind]}, got {_shown(value, secret)}")
 
 
-def _check_type(where: str, kind: str, value: Any) -> Any:
+def _check_type(where: str, kind: str, value: Any, secret: bool = False) -> Any:
     if kind == "str" and isinstance(value, str):
         return value
     if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
@@ -115,10 +137,10 @@ def _check_type(where: str, kind: str, value: Any) -> Any:
             return list(value)
     if kind == "str_or_list" and isinstance(value, str):
         return value
-    raise _type_error(where, kind, value)
+    raise _type_error(where, kind, value, secret)
 
 
-def _parse_env(where: str, kind: str, raw: str) -> Any:
+def _parse_env(where: str, kind: str, raw: str, secret: bool = False) -> Any:
     """Turn an environment string into the key's kind."""
     try:
         if kind == "str":
@@ -138,7 +160,7 @@ def _parse_env(where: str, kind: str, raw: str) -> Any:
             return raw
         return tomllib.loads(f"v = {raw}")["v"]
     except (ValueError, tomllib.TOMLDecodeError):
-        raise _type_error(where, kind, raw) from None
+        raise _type_error(where, kind, raw, secret) from None
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, dict[str, Any]]:
@@ -237,12 +259,13 @@ def build_config(
             return
         spec = fields[key]
         if from_env:
-            value = _parse_env(where, spec.kind, value)
-        value = _check_type(where, spec.kind, value)
+            value = _parse_env(where, spec.kind, value, spec.secret)
+        value = _check_type(where, spec.kind, value, spec.secret)
         if spec.check is not None:
             problem = spec.check(value)
             if problem:
-                raise ConfigError(f"{where}: {problem} (got {value!r})")
+                got = "" if spec.secret else f" (got {_shown(value, False)})"
+                raise ConfigError(f"{where}: {problem}{got}")
         sections[section][key] = value
         explicit.add((section, key))
 

@@ -16,6 +16,8 @@ class Field:
     kind: str  # "str", "int", "float", "bool", "str_list", "str_or_list"
     default: Any
     check: Callable[[Any], str | None] | None = None
+    # A secret's value is never shown in an error (errors go to logs and terminals).
+    secret: bool = False
 
 
 def _range(lo: float, hi: float | None = None) -> Callable[[Any], str | None]:
@@ -110,7 +112,7 @@ def _redis_fields(key_prefix: str) -> dict[str, Field]:
         "mode": Field("str", "standalone", _one_of("standalone", "sentinel", "cluster")),
         "sentinels": Field("str_list", []),
         "service_name": Field("str", "mymaster"),
-        "sentinel_password": Field("str", ""),
+        "sentinel_password": Field("str", "", secret=True),
         "cluster_nodes": Field("str_list", []),
         "connect_timeout": Field("float", 1.0, _range(0.05, 60)),
         "socket_timeout": Field("float", 1.0, _range(0.05, 60)),
@@ -150,9 +152,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "role": Field("str", "m.role.admin", _non_empty),
     },
     "auth": {
-        "jwt_secret": Field("str", ""),
+        "jwt_secret": Field("str", "", secret=True),
         # Secrets of before a rotation: their tokens are still accepted; new ones use jwt_secret.
-        "previous_jwt_secrets": Field("str_list", [], _secrets),
+        "previous_jwt_secrets": Field("str_list", [], _secrets, secret=True),
         "secret_file": Field("str", "jwt.secret", _non_empty),
         "token_lifetime": Field("int", 0, _range(0)),
         # Seconds an access token that comes with a refresh token lives (a password login asking
@@ -165,7 +167,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "max_pending_logins": Field("int", 64, _range(1)),
         # Synapse's password_config.pepper, for the password hashes moved from a Synapse
         # (`migrate-synapse run`), or a file holding it; one of the two, not both.
-        "synapse_pepper": Field("str", ""),
+        "synapse_pepper": Field("str", "", secret=True),
         "synapse_pepper_file": Field("str", ""),
     },
     "backend": {
@@ -192,7 +194,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
         # Extra filter ANDed with the name match, e.g. "(objectClass=inetOrgPerson)".
         "filter": Field("str", ""),
         "bind_dn": Field("str", ""),
-        "bind_password": Field("str", ""),
+        "bind_password": Field("str", "", secret=True),
         "bind_password_file": Field("str", ""),
         "mode": Field("str", "hash", _one_of("hash", "bind")),
         "timeout": Field("float", 5.0, _range(0.1, 300)),
@@ -273,7 +275,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
         # Synapse's client listener, where its /_synapse/mas/ API answers.
         "synapse_url": Field("str", "", _optional_http_url),
         # The secret shared with Synapse (its matrix_authentication_service.secret), or a file holding it.
-        "secret": Field("str", ""),
+        "secret": Field("str", "", secret=True),
         "secret_file": Field("str", ""),
         # User names whose tokens carry urn:synapse:admin:* (Synapse admins).
         "admins": Field("str_list", []),
@@ -305,10 +307,10 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "required": Field("str", "none", _one_of("none", "all")),
         # The key sealing authenticator-app secrets (AES-256-GCM), at least 32 bytes; empty:
         # generated on first start and kept in key_file, as [auth] jwt_secret / secret_file.
-        "key": Field("str", "", _empty_or_secret),
+        "key": Field("str", "", _empty_or_secret, secret=True),
         "key_file": Field("str", "mfa.key", _non_empty),
         # Keys of before a rotation: what they sealed still opens; new secrets use the key.
-        "previous_keys": Field("str_list", [], _secrets),
+        "previous_keys": Field("str_list", [], _secrets, secret=True),
         # The name authenticator apps show beside the account; empty: [server] server_name.
         "issuer": Field("str", ""),
         # Wrong codes per person, over every process on the session store (token bucket).

@@ -78,6 +78,38 @@ def test_short_secret_is_refused():
         build_config({}, environ={"HOMESERVER_AUTH__JWT_SECRET": "x" * 31})
 
 
+@pytest.mark.parametrize(
+    "document, environ, key, secret",
+    [
+        ({"auth": {"previous_jwt_secrets": ["hunter2-old-secret"]}}, {}, "auth.previous_jwt_secrets", "hunter2"),
+        ({"mfa": {"key": "hunter2-short"}}, {}, "mfa.key", "hunter2"),
+        ({"mfa": {"previous_keys": ["hunter2-short"]}}, {}, "mfa.previous_keys", "hunter2"),
+        ({"auth": {"jwt_secret": 12345678}}, {}, "auth.jwt_secret", "12345678"),
+        ({"backend": {"ldap": {"bind_password": ["hunter2"]}}}, {}, "backend.ldap.bind_password", "hunter2"),
+        ({}, {"HOMESERVER_DELEGATION__SECRET": "x"}, None, None),
+        ({"backend": {"redis": {"url": "http://:hunter2@redis.example:6379/0"}}}, {}, "backend.redis.url", "hunter2"),
+        ({"sessions": {"redis": {"sentinel_password": 7}}}, {}, "sessions.redis.sentinel_password", "got 7"),
+    ],
+)
+def test_config_errors_never_show_a_secret_value(document, environ, key, secret):
+    """An error's line goes to logs and terminals: it names the key, never a secret's value
+    (nor the password in a Redis URL)."""
+    if key is None:
+        build_config(document, environ=environ)  # any string is a valid secret
+        return
+    with pytest.raises(ConfigError) as info:
+        build_config(document, environ=environ)
+    message = str(info.value)
+    assert message.startswith(key + ":")
+    assert secret not in message
+
+
+def test_a_redis_url_in_an_error_keeps_its_host():
+    with pytest.raises(ConfigError) as info:
+        build_config({"backend": {"redis": {"url": "http://user:hunter2@redis.example:6379/0"}}}, environ={})
+    assert "hunter2" not in str(info.value) and "redis.example:6379" in str(info.value)
+
+
 def test_unknown_keys_are_warnings_not_errors(caplog):
     with caplog.at_level(logging.WARNING):
         config = build_config({"server": {"colour": "blue"}, "extras": {"a": 1}}, environ={"HOMESERVER_NOPE__KEY": "1"})
