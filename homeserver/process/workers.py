@@ -78,6 +78,8 @@ def run_workers(
         workers.stop_all()
         return 0
     for index in range(count):
+        if workers.stopping:  # a stop came between two forks: those started have it, start no more
+            break
         workers.spawn(index)
     while workers.children:
         try:

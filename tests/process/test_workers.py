@@ -107,3 +107,29 @@ def test_a_crash_while_running_keeps_the_port():
     w.on_stop = lambda: closed.append(True)
     w.exited(1001, -9)
     assert closed == [] and w.spawned == [1]
+
+
+def test_a_stop_while_the_workers_are_forked_starts_no_more(monkeypatch):
+    """A SIGTERM that lands between two forks (the signals are unblocked between spawns)
+    stops the workers started so far and starts none of the rest: before, the rest were
+    forked after the stop had been sent, never got it and served on."""
+    made: list[Recorded] = []
+
+    class StopAfterFirst(Recorded):
+        def __init__(self, target, early, on_stop) -> None:
+            super().__init__(0)
+            made.append(self)
+
+        def spawn(self, index: int) -> None:
+            super().spawn(index)
+            if index == 0:
+                self.on_signal(signal.SIGTERM, None)
+
+    monkeypatch.setattr(workers, "Workers", StopAfterFirst)
+    previous = {sig: signal.getsignal(sig) for sig in workers.FORWARDED}
+    try:
+        assert workers.run_workers(3, lambda index: 0, early=workers.EarlySignals()) == 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    assert made[0].spawned == [0] and made[0].signalled == [signal.SIGTERM]
