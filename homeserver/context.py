@@ -115,10 +115,16 @@ class HomeServer:
             return self.sweeper.run_forever()
         return self.devices.sweep_forever(self.users, session_sweep_interval)
 
-    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+    def start_sweeping(self, session_sweep_interval: float) -> asyncio.Task[None]:
+        """Run `sweep_forever` until cancelled; `stop` (and `close`, before it closes the stores)
+        waits for it to end, so a sweep cut short gives the directory sweep's lease back."""
+        return self._background(self.sweep_forever(session_sweep_interval))
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def stop(self) -> None:
         """Stop what `start` began."""

@@ -182,7 +182,7 @@ async def serve_until_stopped(hs: HomeServer, listeners: Listeners, signals: Loo
     config = hs.config
     await hs.start()
     # One sweep: the directory sweep with delegation (it ends leavers' sessions too), else the sessions'.
-    sweeper = asyncio.ensure_future(hs.sweep_forever(config.get("sessions", "sweep_interval")))
+    sweeper = hs.start_sweeping(config.get("sessions", "sweep_interval"))
     if hs.delegation is not None:
         # Synapse may start after us: a warning and retries, never a crash.
         hs.delegation.start()
@@ -223,7 +223,7 @@ async def serve_until_stopped(hs: HomeServer, listeners: Listeners, signals: Loo
     metrics_server = start_metrics_server(hs, listeners.metrics.get(worker or 0))
     secret_file.release_warnings()
     await signals.stop.wait()
-    sweeper.cancel()
+    sweeper.cancel()  # now, so another process may sweep; hs.close() waits for it to let go of its lease
     # A second SIGTERM/SIGINT (Ctrl-C again) cuts the drain short.
     await shutdown(hs, server, hs.inflight, server_cfg["drain_timeout"], metrics_server, signals.hurry)
 

@@ -278,3 +278,30 @@ async def test_a_store_not_read_whole_starts_nobodys_wait(hs, synapse, users_pat
     report = await hs.sweeper.sweep_now()
     assert report.guard == "incomplete" and report.waiting == 0
     assert await hs.delegation.state.missing() == {}
+
+
+async def test_a_server_stopped_while_it_sweeps_gives_the_lease_back(hs, synapse):
+    """The serving process's sweep (HomeServer.start_sweeping) cancelled at a stop lets go of
+    its lease before the stores close (HomeServer.close waits for it): another process can
+    sweep at once, not a lease's life (60 s) later. Before, the server cancelled the task and
+    closed the stores without waiting, so the lease's release came too late or never."""
+    synapse.mode = "hang"  # the sweep is in the middle of its calls to Synapse at the stop
+    await hs.stop()
+    hs.sweeper.interval = 0.05  # due at once
+    state = hs.delegation.state
+    began = asyncio.Event()
+    run = hs.sweeper.sweep.run
+
+    def noted_run(**options):
+        began.set()
+        return run(**options)
+
+    hs.sweeper.sweep.run = noted_run
+    task = hs.start_sweeping(3600.0)
+    await asyncio.wait_for(began.wait(), 5)
+    await asyncio.sleep(0.1)
+    assert not await state.claim_sweep("another process", 60_000, None)  # it is sweeping
+    task.cancel()
+    await hs.stop()
+    assert task.done()
+    assert await state.claim_sweep("another process", 60_000, None)
