@@ -32,16 +32,18 @@ def run_script(
 
 
 def run_script_full(
-    tmp_path: Path, present: list[str], *args: str, uid: int = 0, sudo_asks: bool = False, apt: bool = True
+    tmp_path: Path, present: list[str], *args: str, uid: int = 0, sudo_asks: bool = False, apt: bool = True,
+    apt_fails: bool = False,
 ) -> tuple[int, list[str], subprocess.CompletedProcess[str]]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for tool in ("bash", "cat", "dirname"):
+    for tool in ("bash", "cat", "dirname", "mktemp", "grep", "tail"):
         os.symlink(shutil.which(tool), bin_dir / tool)
     stub(bin_dir, "id", f"echo {uid}")
     calls = tmp_path / "apt-calls"
     if apt:
-        stub(bin_dir, "apt-get", f'echo "$@" >> {calls}')
+        fail = 'echo "E: Unable to locate package curl" >&2; exit 100' if apt_fails else ""
+        stub(bin_dir, "apt-get", f'echo "$@" >> {calls}\n[ "$1" = install ] && {{ {fail or ":"}; }}\nexit 0')
     asks = '[ "$1" = -n ] && exit 1\n' if sudo_asks else '[ "$1" = -n ] && shift\n'
     stub(bin_dir, "sudo", asks + f'echo "sudo $*" >> {tmp_path / "sudo-calls"}\n"$@"')
     # python3 stands in for the Synapse virtualenv step; tee, chmod and rm for policy-rc.d.
@@ -49,7 +51,8 @@ def run_script_full(
     for name in ("mkdir", "touch", "tee", "chmod", "rm", *present):
         stub(bin_dir, name)
     proc = subprocess.run(
-        [str(bin_dir / "bash"), str(SCRIPT), *args], env={"PATH": str(bin_dir)}, capture_output=True, text=True,
+        [str(bin_dir / "bash"), str(SCRIPT), *args], env={"PATH": str(bin_dir), "TMPDIR": str(tmp_path)},
+        capture_output=True, text=True,
         timeout=60,
     )
     installs = [line for line in (calls.read_text().splitlines() if calls.exists() else []) if "install" in line]
@@ -89,6 +92,20 @@ def test_if_allowed_installs_as_root_or_with_passwordless_sudo(tmp_path, uid, su
     assert code == 0, proc.stderr
     assert len(installs) == 1 and "curl" in installs[0].split() and "redis-server" not in installs[0].split()
     assert (tmp_path / "python3-calls").read_text().count("tests/support/synapse.py install") == 1
+
+
+def test_if_allowed_an_install_that_fails_is_one_line_and_the_tests_run(tmp_path):
+    """No network or a broken mirror: scripts/test.sh goes on to the tests (those needing what
+    is missing are skipped, failed under CI) after one line naming the error and the log."""
+    code, installs, proc = run_script_full(tmp_path, ["redis-server"], "--if-allowed", uid=0, apt_fails=True)
+    assert code == 0 and len(installs) == 1
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith("installing what the tests need:") and len(lines) == 2, proc.stderr
+    assert lines[1].startswith("could not install ") and "E: Unable to locate package curl" in lines[1]
+    log = lines[1].rsplit("all of it: ", 1)[1]
+    assert Path(log).parent == tmp_path and "Unable to locate package" in Path(log).read_text()
+    python3_calls = tmp_path / "python3-calls"
+    assert "synapse.py install" not in (python3_calls.read_text() if python3_calls.exists() else "")
 
 
 def test_if_allowed_without_apt_says_what_to_run(tmp_path):
