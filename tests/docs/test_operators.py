@@ -26,3 +26,24 @@ def test_backups_upgrades_and_the_version_are_documented():
     section = text.split("## Backups and upgrades", 1)[1].split("\n## ", 1)[0]
     for needle in ("users.json", "jwt.secret", "sessions.db", ".backup", "run.py --version", "pip install -r"):
         assert needle in section, needle
+
+
+def test_the_metrics_table_lists_every_metric_with_its_labels():
+    """docs/operations.md's table is what an operator builds dashboards from: one row per
+    metric the server exports, under the name Prometheus shows (counters end in _total),
+    with the labels it carries."""
+    from prometheus_client.metrics import MetricWrapperBase
+
+    from homeserver.metrics import Metrics
+
+    text = (DOCS / "operations.md").read_text()
+    rows = {
+        match.group(1): {label.strip() for label in match.group(2).split(",") if label.strip()}
+        for match in re.finditer(r"^\| `(homeserver_[a-z_]+)` \|([^|]*)\|", text, re.M)
+    }
+    exported = {}
+    for metric in vars(Metrics()).values():
+        if isinstance(metric, MetricWrapperBase):
+            suffix = "_total" if metric._type == "counter" else ""
+            exported[metric._name + suffix] = set(metric._labelnames)
+    assert rows == exported
