@@ -45,9 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.func is not serve.cmd_serve:
-        EARLY.release()  # only `serve` keeps the signals run.py noted (homeserver.process.early_signals)
     try:
+        if args.func is not serve.cmd_serve:
+            # Only `serve` keeps the signals run.py noted (homeserver.process.early_signals);
+            # a Ctrl-C noted during the imports is sent again here, and met as any later one.
+            EARLY.release()
         return args.func(args)
     except (ConfigError, CommandError, UnknownTarget) as exc:
         print(f"homeserver: error: {exc}", file=sys.stderr)

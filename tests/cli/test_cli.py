@@ -218,3 +218,21 @@ def test_no_documented_command_puts_a_password_into_shell_history():
     assert PASSWORD_IN_HISTORY.search("echo -n 'secret' | .venv/bin/python run.py hash-password")
     assert PASSWORD_IN_HISTORY.search("printf 'pw\\n' | python run.py add-user bob --ident b")
     assert not PASSWORD_IN_HISTORY.search("python run.py add-user bob --ident b < password.txt")
+
+
+def test_ctrl_c_during_a_commands_start_up_is_exit_130_without_a_traceback():
+    """Ctrl-C while run.py imports (noted by homeserver.process.early_signals, then given back
+    to a command other than serve) stops the command as Ctrl-C later does: exit 130, no
+    traceback. Before, the signal was sent again outside the command's handling."""
+    script = (
+        "import signal, sys\n"
+        "from homeserver.process.early_signals import EARLY\n"
+        "EARLY.install()\n"
+        "signal.raise_signal(signal.SIGINT)  # Ctrl-C during the imports\n"
+        "from homeserver.cli import main\n"
+        "sys.exit(main(['hash-password']))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, input="secret\n", capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stdout == ""  # the command did not run
