@@ -93,9 +93,24 @@ async def test_the_store_keeps_the_digest_only_and_forgets_expired_tokens(store,
         assert b"secret-token" not in await client.get(keys[0])
         return
     await store.login_tokens().add(digest("old"), made(lifetime=-5))
-    store.db._last_purge = 0.0  # the next write purges
+    store.db._last_purge = None  # the next write purges
     await store.login_tokens().add(digest("new"), made())
     with sqlite3.connect(tmp_path / "s.db") as conn:
         rows = conn.execute("SELECT token_hash, record FROM login_tokens").fetchall()
     assert {row[0] for row in rows} == {digest("secret-token"), digest("new")}
     assert not any("secret-token" in row[0] + row[1] for row in rows)
+
+
+@pytest.mark.parametrize("store", ["sqlite"], indirect=True)
+async def test_a_process_purges_at_its_first_write_however_long_the_machine_has_been_up(store, tmp_path, monkeypatch):
+    """Monotonic time starts near 0 at boot: a server started in a machine's first ten minutes
+    (PURGE_EVERY) purged nothing until then. Its first write that adds rows purges now."""
+    from backends.sessions.sqlite import file
+
+    await store.login_tokens().add(digest("old"), made(lifetime=-5))
+    store.db._last_purge = None  # as a process that has not purged yet
+    monkeypatch.setattr(file.time, "monotonic", lambda: 5.0)  # the machine booted 5 s ago
+    await store.login_tokens().add(digest("new"), made())
+    with sqlite3.connect(tmp_path / "s.db") as conn:
+        rows = conn.execute("SELECT token_hash FROM login_tokens").fetchall()
+    assert {row[0] for row in rows} == {digest("new")}

@@ -44,7 +44,9 @@ class SqliteFile:
         self.read_conn: sqlite3.Connection | None = None
         self.changes: ChangeCounter | None = None
         self._purges: list[Callable[[sqlite3.Connection], object]] = []
-        self._last_purge = 0.0
+        # When this process last purged; None: not yet (its first write that adds rows does,
+        # however long the machine has been up: monotonic time starts near 0 at boot).
+        self._last_purge: float | None = None
 
     async def start(self) -> None:
         """Open (creating or migrating the schema) on the writer thread, then the read connection."""
@@ -160,7 +162,7 @@ class SqliteFile:
         every PURGE_EVERY s per process. It removes sessions, so it moves the change counter.
         A purge that fails is only logged: the write before it stands, and expired rows are
         never read as live (every read compares their expiry)."""
-        if time.monotonic() - self._last_purge < PURGE_EVERY:
+        if self._last_purge is not None and time.monotonic() - self._last_purge < PURGE_EVERY:
             return
         self._last_purge = time.monotonic()
 
