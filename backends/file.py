@@ -114,7 +114,10 @@ class FileBackend(UserBackend):
         self.signature: Signature | None = None
         # The signature of the last version that failed to load, so it is reported once.
         self._bad_signature: object = _UNSET
-        self._reloading = False
+        # One read-and-install at a time (the poller, a lookup's check, SIGHUP, a listing):
+        # a lookup that finds the file changed while another reads it waits for that read,
+        # rather than answering from the copy before it.
+        self._reading = asyncio.Lock()
         self._poller: PeriodicCallback | None = None
         self._checked = 0.0  # time.monotonic() of the last check of the signature
         self._stat_inline = False  # the lookups' check stats on the loop (a local disk: start())
@@ -191,10 +194,7 @@ class FileBackend(UserBackend):
 
     async def reload(self, force: bool = True) -> bool:
         """Read the file again (only if its signature changed, unless `force`); True if reloaded."""
-        if self._reloading:
-            return False
-        self._reloading = True
-        try:
+        async with self._reading:
             loop = asyncio.get_running_loop()
             if not force:
                 signature = await loop.run_in_executor(None, file_signature, self.path)
@@ -208,12 +208,13 @@ class FileBackend(UserBackend):
                     )
                 self._bad_signature = signature
                 return False
-            before = len(self.users)
-            self._install(signature, users)
-            logger.info("reloaded users file %s: %d users (was %d)", self.path, len(users), before)
+            self._reloaded(signature, users)
             return True
-        finally:
-            self._reloading = False
+
+    def _reloaded(self, signature: Signature | None, users: dict[str, User]) -> None:
+        before = len(self.users)
+        self._install(signature, users)
+        logger.info("reloaded users file %s: %d users (was %d)", self.path, len(users), before)
 
     async def close(self) -> None:
         if self._poller is not None:
@@ -233,15 +234,22 @@ class FileBackend(UserBackend):
         """The users of the file as it is now, off the loop: the copy in memory when the file
         is the version it was read from, else the file read again. A file that is missing,
         does not parse or fails its checks (an editor mid-write, a typo) is `StoreIncomplete`,
-        never the last good copy: that is what the server keeps serving, not the store."""
+        never the last good copy: that is what the server keeps serving, not the store.
+
+        A version newer than the copy in memory is installed as a reload would, before the
+        listing is returned: what a sweep tells Synapse (an unlock, a new user) this server's
+        own lookups see already, never a moment after."""
         loop = asyncio.get_running_loop()
-        signature = await loop.run_in_executor(None, file_signature, self.path)
-        if signature is not None and signature == self.signature:
-            return list(self.users.values())
-        _, users = await loop.run_in_executor(None, read_versioned, self.path, self.check_passwords)
-        if isinstance(users, ConfigError):
-            raise StoreIncomplete(str(users))
-        return list(users.values())
+        async with self._reading:
+            signature = await loop.run_in_executor(None, file_signature, self.path)
+            if signature is not None and signature == self.signature:
+                return list(self.users.values())
+            signature, users = await loop.run_in_executor(None, read_versioned, self.path, self.check_passwords)
+            if isinstance(users, ConfigError):
+                raise StoreIncomplete(str(users))
+            if self.signature is not None:  # a started backend (a command's lists without serving)
+                self._reloaded(signature, users)
+            return list(users.values())
 
     async def get_users_by_email(self, address: str) -> list[User]:
         if self._poller is not None and time.monotonic() - self._checked >= FRESHNESS:

@@ -43,3 +43,16 @@ async def test_an_unchanged_file_is_listed_from_memory_and_a_changed_one_read_ag
         json.dump({"users": [record("zed", ident="-z", admin=True)]}, fh)
     (zed,) = await backend.list_users()
     assert (zed.name, zed.ident, zed.admin) == ("zed", "-z", True)
+    # What the listing read is what this server serves from then on (a sweep tells Synapse of
+    # it: the server's own lookups must not lag behind it), as a reload would have it.
+    assert backend.users == {"zed": zed}
+
+
+async def test_a_listing_of_a_changed_file_queues_its_changes_as_a_reload_does(users_path, backend):
+    with open(users_path) as fh:
+        users = json.load(fh)["users"]
+    users[3]["locked"] = True
+    with open(users_path, "w") as fh:
+        json.dump({"users": users}, fh)
+    await backend.list_users()
+    assert backend._changes.get_nowait() == {"user3": ["locked"]}  # the sessions service ends what it must

@@ -152,3 +152,37 @@ async def test_a_lookup_sees_a_changed_file_without_waiting_for_the_poll(users_p
     finally:
         await backend.close()
 
+
+
+async def test_a_lookup_that_finds_the_file_changed_during_a_reload_waits_for_it(users_path, monkeypatch):
+    """A lookup's check finding a new version while the poller's read of it is under way (a
+    slow disk, a busy machine) waits for that read; before, it answered from the copy before
+    the change (an unlocked account still locked, a removed one still there)."""
+    monkeypatch.setattr("backends.file.FRESHNESS", 0.0)
+    backend = FileBackend(users_path, reload_interval=60)
+    await backend.start()
+    reading = asyncio.Event()
+    go_on = asyncio.Event()
+    from backends import file
+
+    read = file.read_versioned
+
+    def slow_read(path, check_passwords=True):  # on the executor's thread
+        loop.call_soon_threadsafe(reading.set)
+        asyncio.run_coroutine_threadsafe(go_on.wait(), loop).result(5)
+        return read(path, check_passwords)
+
+    loop = asyncio.get_running_loop()
+    monkeypatch.setattr(file, "read_versioned", slow_read)
+    try:
+        write_users(users_path, [record("alice", locked=True)])
+        poll = asyncio.ensure_future(backend.reload(force=False))  # the poller's read, held
+        await reading.wait()
+        lookup = asyncio.ensure_future(backend.get_user("alice"))
+        await asyncio.sleep(0.05)
+        assert not lookup.done()  # it waits for the read under way
+        go_on.set()
+        assert (await lookup).locked is True and await poll is True
+    finally:
+        go_on.set()
+        await backend.close()
