@@ -32,6 +32,11 @@ ACCOUNT_REPLACED, PASSWORD_CHANGED, CREDENTIAL_CHANGED = "account_replaced", "pa
 MAX_TOUCHED = 100_000
 
 
+def _unseen(session: Session) -> bool:
+    """A refreshable session (one that expires) whose token was never used, as read."""
+    return session.expires_ts is not None and session.last_seen_ts <= session.created_ts
+
+
 def token_digest(token: str) -> str:
     """The SHA-256 of a token, hex: all a store ever keeps of it."""
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
@@ -67,7 +72,7 @@ class Sessions:
         self._tasks: set[asyncio.Task[None]] = set()
         # Told of the first use of a session that expires and was never seen (an OAuth access
         # token: the refresh rule must know for good that it was used, homeserver.oauth.grants),
-        # before its last-seen write, once per process.
+        # before the request is answered, once per process.
         self.grants = grants
 
     # -- login and the auth step --------------------------------------------------
@@ -129,8 +134,21 @@ class Sessions:
             raise unknown_token(soft_logout=True)
         if session.ended_ts is not None:
             raise unknown_token()
+        if self.grants is not None and session.token_hash not in self._touched and _unseen(session):
+            await self._mark_used(session)
         self._maybe_touch(session, session.last_seen_ip if ip is None else ip)
         return session
+
+    async def _mark_used(self, session: Session) -> None:
+        """A refreshable token's first use, written before the request is answered: the refresh
+        rule reads it (homeserver.oauth.grants), and a replay of the refresh token before it
+        sent the moment after this answer must find it (in the background, the replay could
+        come first and pass as the retry of a lost answer). One write per access token."""
+        assert self.grants is not None
+        try:
+            await self.grants.mark_access_used(session.user, session.device_id, session.token_hash)
+        except StoreUnavailable as exc:  # the session's last-seen write still tells, while it lives
+            logger.debug("first use not recorded: %s", exc)
 
     def _maybe_touch(self, session: Session, ip: str) -> None:
         now = self.clock()
@@ -140,15 +158,12 @@ class Sessions:
         if len(self._touched) >= MAX_TOUCHED:
             self._touched.clear()
         self._touched[session.token_hash] = now
-        task = asyncio.ensure_future(self._touch(session, ip, first=last is None))
+        task = asyncio.ensure_future(self._touch(session, ip))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _touch(self, session: Session, ip: str, *, first: bool = False) -> None:
+    async def _touch(self, session: Session, ip: str) -> None:
         try:
-            unseen = session.expires_ts is not None and session.last_seen_ts <= session.created_ts
-            if first and unseen and self.grants is not None:
-                await self.grants.mark_access_used(session.user, session.device_id, session.token_hash)
             await self.store.touch(session.user, session.token_hash, ip, now_ms())
         except StoreUnavailable as exc:  # last seen is best effort; the next request retries
             self._touched.pop(session.token_hash, None)

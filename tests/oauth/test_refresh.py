@@ -177,3 +177,24 @@ async def test_a_password_changed_between_sign_in_and_exchange_is_invalid_grant(
     code, _ = await client.code()
     await edit_users(backend, users_path, with_alice(password=hex_hash("new password")))
     invalid_grant(await client.exchange(code))
+
+
+async def test_a_replay_sent_the_moment_the_new_access_token_is_answered_is_refused(client, fetch, hs):
+    """The new access token's first use is recorded before that request is answered: a replay
+    of the old refresh token sent right after (no wait for any background write) is one. Before,
+    the use was written in the background, and a replay that came first passed as the retry of a
+    lost answer (seen with Synapse in front, on a busy machine)."""
+    grants = hs.sessions.grants
+    mark = grants.mark_access_used
+
+    async def slow_mark(*args):  # a busy store: the write lands a while after it is asked for
+        await asyncio.sleep(0.3)
+        await mark(*args)
+
+    grants.mark_access_used = slow_mark
+    first = await client.login()
+    second = assert_json(await client.refresh(first["refresh_token"]))
+    assert_json(await fetch(WHOAMI, token=second["access_token"]))
+    assert await hs.oauth.store.access_used("alice", token_digest(second["access_token"]))
+    invalid_grant(await client.refresh(first["refresh_token"]))
+    await assert_ended(fetch, second["access_token"])
