@@ -80,7 +80,7 @@ class Listing:
 
     async def run(self) -> list[User]:
         try:
-            conn = await self.pool.run(self.pool.open_connection)
+            conn = await self.pool.open_connection()
         except StoreUnavailable as exc:
             raise StoreIncomplete(f"the LDAP directory cannot be listed: {exc}") from None
         try:

@@ -11,6 +11,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TypeVar
 
 import ldap3
@@ -101,21 +102,31 @@ class LdapPool:
         for conn in connections:
             self._close_quietly(conn)
 
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run `fn` on the LDAP pool; StoreUnavailable if the directory fails or is slow."""
+    async def run(self, fn: Callable[..., T], *args: Any, abandoned: Callable[[T], None] | None = None) -> T:
+        """Run `fn` on the LDAP pool; StoreUnavailable if the directory fails or is slow.
+
+        `abandoned` gets what `fn` returns when nobody waits for it any more: the wait timed
+        out or was cancelled while the job ran on, and the job then succeeded (a directory
+        that answered late), so what it opened can be closed."""
         try:
             future = self._executor.submit(fn, time.monotonic() + self.timeout, *args)
         except RuntimeError:  # pool shut down: the backend is closing
             raise StoreUnavailable("LDAP backend is shutting down") from None
+        taken = False
         try:
             # The worker's own socket timeouts also fire, but a lookup is several
             # round trips: this bounds the whole of it, queueing included.
-            return await asyncio.wait_for(asyncio.wrap_future(future), self.timeout)
+            result = await asyncio.wait_for(asyncio.wrap_future(future), self.timeout)
+            taken = True
+            return result
         # No logging here: the request handler logs every StoreUnavailable once.
         except TimeoutError:
             raise StoreUnavailable(f"LDAP directory did not answer within {self.timeout:g} s") from None
         except DirectoryFault as exc:
             raise StoreUnavailable(f"LDAP directory fault: {exc}") from None
+        finally:
+            if not taken and abandoned is not None:
+                future.add_done_callback(partial(_give_back, abandoned))
 
     def with_connection(self, slot: str, deadline: float, op: Callable[[ldap3.Connection], T]) -> T:
         """Run `op` on this thread's connection in `slot`, replacing a broken one once.
@@ -150,10 +161,14 @@ class LdapPool:
             self._drop(slot, conn)
             raise _ConnectionLost(why(exc)) from None
 
-    def open_connection(self, deadline: float) -> ldap3.Connection:
-        """A service connection of its own, not this thread's (run it with `run`): for work that
-        spans several jobs on whichever threads, one job at a time, such as a paged search,
-        whose cookie is good on its connection only. Give it back with `release`."""
+    async def open_connection(self) -> ldap3.Connection:
+        """A service connection of its own, not a thread's: for work that spans several jobs on
+        whichever threads, one job at a time, such as a paged search, whose cookie is good on
+        its connection only. Give it back with `release`. One opened after the wait for it
+        ended (a timeout, a cancelled caller) is closed at once, not left open for good."""
+        return await self.run(self._open_own, abandoned=self._forget)
+
+    def _open_own(self, deadline: float) -> ldap3.Connection:
         return self._connect(service=True)
 
     def release(self, conn: ldap3.Connection) -> None:
@@ -251,6 +266,12 @@ class LdapPool:
                 sock.close()
             except OSError:
                 pass
+
+
+def _give_back(abandoned: Callable[[T], None], future: concurrent.futures.Future[T]) -> None:
+    """Hand an abandoned job's result to `abandoned` (on the worker thread that ran it)."""
+    if not future.cancelled() and future.exception() is None:
+        abandoned(future.result())
 
 
 def describe(conn: ldap3.Connection) -> str:

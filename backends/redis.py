@@ -25,7 +25,7 @@ from backends.base import (
     password_scheme_problem,
     stored_fields,
 )
-from backends.redis_connect import RedisConnection, text
+from backends.redis_connect import RedisConnection, load_in_transaction, text
 
 logger = logging.getLogger(__name__)
 
@@ -277,8 +277,8 @@ class RedisBackend(UserBackend):
                     ))
                 pipe = client.pipeline(transaction=False)
             else:
-                sha = await client.script_load(ADD_USER_SCRIPT)
                 pipe = client.pipeline(transaction=True)
+                sha = load_in_transaction(pipe, ADD_USER_SCRIPT)
                 for user in added:
                     pipe.evalsha(sha, 1, self.key(user.name), "0", "0", "0", *_pairs(user))
             for user in added:
@@ -287,7 +287,7 @@ class RedisBackend(UserBackend):
                     pipe.sadd(self.email_key_prefix + address, user.name)
             replies = await pipe.execute()
         if not cluster:
-            outcomes = replies[:len(added)]
+            outcomes = replies[1:1 + len(added)]  # after the SCRIPT LOAD's reply
         return [user.name for user, outcome in zip(added, outcomes, strict=True) if outcome == 1]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 from collections.abc import Iterator
 from typing import Any, cast
@@ -24,6 +25,16 @@ logger = logging.getLogger(__name__)
 def text(value: bytes | str) -> str:
     """A Redis reply as text (replies are bytes unless the client decodes them)."""
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def load_in_transaction(pipe: Any, script: str) -> str:
+    """Queue SCRIPT LOAD of `script` first in the MULTI/EXEC pipeline `pipe`; its SHA1, for the
+    EVALSHAs queued after it. Loaded by the transaction itself, the script is there on the
+    server that runs the EXEC: a master new since a failover (Sentinel), or a cache flushed
+    after a load sent on its own, would answer those EVALSHAs NOSCRIPT, and inside MULTI that
+    fails them alone, not retried, while the transaction's other commands are written."""
+    pipe.script_load(script)
+    return hashlib.sha1(script.encode("utf-8")).hexdigest()
 
 
 class HgetallBatcher:

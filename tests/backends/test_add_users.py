@@ -5,6 +5,7 @@ are, the address index kept."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 import redis
@@ -14,9 +15,9 @@ from backends.file import FileBackend
 from homeserver.config import build_config
 from homeserver.context import create_backend
 from tests.support.helpers import hex_hash, record
-from tests.support.redis_servers import redis_cluster, redis_url
+from tests.support.redis_servers import RedisProcess, redis_cluster, redis_server, redis_url, sentinel_setup
 
-__all__ = ["redis_cluster", "redis_url"]
+__all__ = ["redis_cluster", "redis_server", "redis_url", "sentinel_setup"]
 
 HEX = hex_hash("pw")
 NEW = [
@@ -69,6 +70,55 @@ async def test_into_redis(mode, request, tmp_path):
         for key in client.scan_iter(match=prefix + "*"):
             client.delete(key)
         client.close()
+
+
+def flush_scripts_before_each_transaction(client: Any, server: RedisProcess, monkeypatch: Any) -> None:
+    """Empty the server's script cache (SCRIPT FLUSH) just before each MULTI/EXEC `client` sends:
+    what a failover to a fresh master (its cache empty) between a script's load and the
+    transaction, or an operator's SCRIPT FLUSH, does to a store."""
+    make = client.pipeline
+
+    def pipeline(transaction: bool = True, shard_hint: Any = None) -> Any:
+        pipe = make(transaction=transaction, shard_hint=shard_hint)
+        if transaction:
+            execute = pipe.execute
+
+            async def flushed_then_execute(*args: Any, **kwargs: Any) -> Any:
+                with server.client() as direct:
+                    direct.script_flush()
+                return await execute(*args, **kwargs)
+
+            pipe.execute = flushed_then_execute
+        return pipe
+
+    monkeypatch.setattr(client, "pipeline", pipeline)
+
+
+@pytest.mark.parametrize("mode", ["standalone", "sentinel"])
+async def test_into_redis_whose_script_cache_is_emptied_before_the_transaction(mode, request, monkeypatch):
+    prefix = "test:add-users:flushed:"
+    section = {"key_prefix": prefix, "email_key_prefix": prefix + "email:"}
+    if mode == "sentinel":
+        setup = request.getfixturevalue("sentinel_setup")
+        server = setup.master
+        section.update(mode="sentinel", sentinels=[f"127.0.0.1:{setup.sentinel.port}"],
+                       service_name=setup.service)
+    else:
+        server = request.getfixturevalue("redis_server")
+        section.update(url=server.url)
+    backend = create_backend(build_config({"backend": {"type": "redis", "redis": section}}))
+    await backend.start()
+    try:
+        await backend.add_user(User(name="alice", ident=" (alice)", password="aa"))
+        flush_scripts_before_each_transaction(backend.connection.connect(), server, monkeypatch)
+        assert await backend.add_users(NEW) == ["ann", "bo"]
+        ann = await backend.get_user("ann")
+        assert (ann.admin, ann.password_scheme, ann.email) == (True, "synapse", "Ann@Example.org")
+        assert [u.name for u in await backend.get_users_by_email("ann@example.org")] == ["ann"]
+        assert (await backend.get_user("bo")).locked
+        assert await backend.add_users(NEW) == []
+    finally:
+        await backend.close()
 
 
 async def test_a_whole_batch_into_a_redis_cluster(redis_cluster):

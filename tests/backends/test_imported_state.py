@@ -11,10 +11,11 @@ import pytest
 from backends.sessions.imported import ImportBatch
 from backends.sessions.oauth import Grant
 from homeserver.oauth.common import grant_session_digest
+from tests.backends.test_add_users import flush_scripts_before_each_transaction
 from tests.backends.test_session_store import each_session_store, session
-from tests.support.redis_servers import redis_cluster
+from tests.support.redis_servers import redis_cluster, redis_server
 
-__all__ = ["each_session_store", "redis_cluster"]
+__all__ = ["each_session_store", "redis_cluster", "redis_server"]
 
 IDLE = 3600.0
 
@@ -139,5 +140,28 @@ async def test_a_whole_batch_on_a_redis_cluster(redis_cluster, tmp_path):
         await store.imported().add(ImportBatch(sessions=sessions, tokens=[(s.token_hash, s.user) for s, _ in sessions]))
         assert (await store.get("user99", "t999")).device_id == "D999"
         assert len(await store.imported().known_tokens([s.token_hash for s, _ in sessions])) == 1000
+    finally:
+        await store.close()
+
+
+async def test_a_batch_on_a_redis_whose_script_cache_is_emptied_before_the_transaction(redis_server, tmp_path,
+                                                                                     monkeypatch):
+    """A failover to a fresh master between the OPEN script's load and the batch's MULTI/EXEC (or a
+    SCRIPT FLUSH) loses no session of the batch, and marks none imported that was not written."""
+    from backends.sessions import create_session_store
+    from homeserver.config import build_config
+
+    config = build_config({"sessions": {"store": "redis", "redis": {"url": redis_server.url,
+                                                                   "key_prefix": "test:imported:"}}})
+    store = create_session_store("redis", dict(config.section("sessions.redis")), config_dir=str(tmp_path))
+    await store.start()
+    try:
+        part = store.imported()
+        flush_scripts_before_each_transaction(part.connection.connect(), redis_server, monkeypatch)
+        await part.add(batch())
+        assert (await store.get("alice", "t1")).device_id == "PHONE"
+        assert (await store.get("bob", "t3")).device_id == "DESK"
+        assert (await store.oauth().grant_by_refresh("r1")).refresh_hash == "r2"
+        assert await part.known_tokens(["t1", "t3", "nope"]) == {"t1", "t3"}
     finally:
         await store.close()

@@ -137,8 +137,8 @@ async def test_a_directory_failing_part_way_makes_the_listing_incomplete(private
     backend = await open_backend(options(server, timeout=1.0))
     run, pages = backend.pool.run, []
 
-    async def first_page_then_fault(fn, *args):
-        result = await run(fn, *args)
+    async def first_page_then_fault(fn, *args, **kwargs):
+        result = await run(fn, *args, **kwargs)
         if getattr(fn, "__name__", "") == "_page":
             pages.append(result)
             if len(pages) == 1:
@@ -149,6 +149,56 @@ async def test_a_directory_failing_part_way_makes_the_listing_incomplete(private
     with pytest.raises(StoreIncomplete, match="failed after 500 entries") as raised:
         await backend.list_users()
     assert len(raised.value.users) == PAGE_SIZE
+
+
+def established_to(port: int) -> int:
+    """This machine's open TCP connections to 127.0.0.1:`port` (the client ends, read from
+    /proc/net/tcp): the connections the backend holds to a private slapd."""
+    with open("/proc/net/tcp") as fh:
+        rows = [line.split() for line in fh.readlines()[1:]]
+    return sum(1 for row in rows if row[2] == f"0100007F:{port:04X}" and row[3] == "01")
+
+
+async def test_a_listing_that_gave_up_on_a_slow_directory_leaves_no_connection_open(private_slapd, open_backend):
+    # The directory answers the listing's bind after the listing stopped waiting (timeout
+    # 1.05 s; ldap3's own receive timeout is a whole 2 s): a hang that ends, sweep after sweep.
+    server = private_slapd(small_ldif())
+    backend = await open_backend(options(server, timeout=1.05, pool_size=1))
+    held = established_to(server.port)
+    assert held == 1  # the pool thread's service connection (the start-up probe)
+    for _ in range(3):
+        server.pause()
+        with pytest.raises(StoreIncomplete, match="cannot be listed"):
+            await backend.list_users()
+        server.resume()
+        await backend.pool.run(lambda deadline: None)  # one thread: the abandoned job has ended
+    assert established_to(server.port) == held
+    assert [user.name for user in await backend.list_users()] == ["ann"]
+    await backend.pool.run(lambda deadline: None)  # release closes on the pool's thread
+    assert established_to(server.port) == held
+
+
+async def test_a_listing_cut_short_part_way_leaves_no_connection_open(private_slapd, open_backend, monkeypatch):
+    # The directory stops answering after the first page, past the listing's timeout, then
+    # answers again: the listing's own connection is closed, sweep after sweep.
+    server = private_slapd(many_ldif(), PAGED_LIMIT)
+    backend = await open_backend(options(server, timeout=1.05, pool_size=1))
+    held = established_to(server.port)
+    run = backend.pool.run
+
+    async def first_page_then_hang(fn, *args, **kwargs):
+        result = await run(fn, *args, **kwargs)
+        if getattr(fn, "__name__", "") == "_page":
+            server.pause()
+        return result
+
+    monkeypatch.setattr(backend.pool, "run", first_page_then_hang)
+    for _ in range(3):
+        with pytest.raises(StoreIncomplete, match="failed after 500 entries"):
+            await backend.list_users()
+        server.resume()
+        await run(lambda deadline: None)  # one thread: the abandoned page and the release have run
+    assert established_to(server.port) == held
 
 
 def referral(dn_value: str, url: str) -> str:

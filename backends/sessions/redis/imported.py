@@ -14,7 +14,7 @@ from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
 
-from backends.redis_connect import RedisConnection, text
+from backends.redis_connect import RedisConnection, load_in_transaction, text
 from backends.sessions.base import SessionStore
 from backends.sessions.imported import ImportBatch, ImportedState
 from backends.sessions.records import Session
@@ -62,7 +62,7 @@ class RedisImportedState(RedisPart, ImportedState):
         with self.connection.errors():
             pipe = client.pipeline(transaction=not cluster)
             if not cluster and batch.sessions:
-                sha = await client.script_load(OPEN)
+                sha = load_in_transaction(pipe, OPEN)
                 for session, name in batch.sessions:
                     keys, args = self.open_call(session, name)
                     pipe.evalsha(sha, len(keys), *keys, *args)
