@@ -144,6 +144,12 @@ class FactorStore(abc.ABC):
         they had (the old codes stop working at once)."""
 
     @abc.abstractmethod
+    async def add_recovery_codes(self, factor: Factor) -> bool:
+        """Keep `factor` (kind RECOVERY) as the person's recovery codes if they have none; False,
+        and nothing changed, when they have a set (of two first factors added at once, the
+        codes of one are kept, and shown)."""
+
+    @abc.abstractmethod
     async def accept_totp_step(self, user: str, factor_id: str, step: int, now_ms: int) -> bool:
         """Record that a code of time step `step` was accepted, if `step` is newer than the
         factor's `last_step` (then also `last_used_ts` = `now_ms`); False, and nothing

@@ -161,14 +161,18 @@ class SecurityPageHandler(PageHandler):
     async def added(self, user: User, browser: BrowserSessionCookie, added: Added) -> None:
         """The page after a factor was added: the recovery codes of a first factor, once. A
         browser session of before the person had one is opened again, marked with it (the
-        person has just used it), so that it still counts (PageHandler's rule)."""
+        person has just used it), so that it still counts (PageHandler's rule). Once: of two
+        tabs adding their first factors at once, the one that ends the old session gives the
+        new cookie; the other's new session is ended and the browser keeps the first's."""
         kind = added.factor.kind
         logger.info("account page: %s added a second factor (%s)", user.name, kind)
         if not browser.second_factor:
             cookie = await self.step().finish(user, kind, self.client_ip, self.request.headers.get("User-Agent", ""))
-            await self.hs.browser_sessions.end(user.name, browser.nonce)
-            self.set_signed_cookie(page.COOKIE, cookie.encode(), max_age=page.LIFETIME)
-            self.browser_session = cookie
+            if await self.hs.browser_sessions.end(user.name, browser.nonce):
+                self.set_signed_cookie(page.COOKIE, cookie.encode(), max_age=page.LIFETIME)
+                self.browser_session = cookie
+            else:  # ended already: by the other tab, or a sign-out
+                await self.hs.browser_sessions.end(user.name, cookie.nonce)
         notice = f"{'Authenticator app' if kind == 'totp' else 'Passkey'} added."
         await self.show(user, notice=notice, codes=added.recovery_codes)
 

@@ -212,16 +212,18 @@ class SecondFactors:
         return await self._added(factor)
 
     async def _added(self, factor: Factor) -> Added:
-        had = await self.store.factors(factor.user)
+        """Keep the new factor, and with the person's first one their recovery codes: added only
+        if they have no set, in one store step, so of first factors added at once (two tabs),
+        one brings the codes and shows them, and no later set replaces the one shown."""
         if not await self.store.add_factor(factor):
             existing = await self.store.factor(factor.user, factor.factor_id)
             if existing is not None and existing.kind == factor.kind:
                 return Added(existing, [])  # the same form sent twice (at once, too: read after)
             raise PasskeyError("this passkey is added already")
         audit(FACTOR_ADDED, user=factor.user, reason=factor.kind)
-        codes: list[str] = []
-        if not any(f.kind == RECOVERY for f in had):
-            codes = await self.renew_recovery_codes(factor.user)
+        codes = recovery.new_codes()
+        if not await self.store.add_recovery_codes(self._recovery_codes(factor.user, codes)):
+            codes = []  # they have a set: it stays
         return Added(factor, codes)
 
     # -- adding a passkey ---------------------------------------------------------------------
@@ -275,14 +277,16 @@ class SecondFactors:
                 await self.store.remove_factor(user, factor.factor_id)
         return True
 
+    def _recovery_codes(self, user: str, codes: list[str]) -> Factor:
+        return Factor(
+            factor_id=_new_id(), user=user, kind=RECOVERY, name=DEFAULT_NAMES[RECOVERY],
+            created_ts=_now_ms(self.clock), code_hashes=tuple(recovery.digest(self.keys, user, code) for code in codes),
+        )
+
     async def renew_recovery_codes(self, user: str) -> list[str]:
         """New recovery codes for the person (to show once); the old ones stop working."""
         codes = recovery.new_codes()
-        now = _now_ms(self.clock)
-        await self.store.set_recovery_codes(Factor(
-            factor_id=_new_id(), user=user, kind=RECOVERY, name=DEFAULT_NAMES[RECOVERY], created_ts=now,
-            code_hashes=tuple(recovery.digest(self.keys, user, code) for code in codes),
-        ))
+        await self.store.set_recovery_codes(self._recovery_codes(user, codes))
         return codes
 
     async def reset(self, user: str) -> int:

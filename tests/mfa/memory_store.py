@@ -63,6 +63,13 @@ class MemoryFactorStore(FactorStore):
             del self._factors[key]
         self._factors[factor.factor_id] = factor
 
+    async def add_recovery_codes(self, factor: Factor) -> bool:
+        self._up()
+        if any(f.user == factor.user and f.kind == RECOVERY for f in self._factors.values()):
+            return False
+        self._factors[factor.factor_id] = factor
+        return True
+
     async def update_sealed_secret(self, user: str, factor_id: str, sealed_secret: bytes) -> bool:
         found = await self.factor(user, factor_id)
         if found is None:

@@ -112,6 +112,19 @@ class FactorStoreContract:
         assert [(f.factor_id, f.code_hashes) for f in await factor_store.factors("alice") if f.kind == RECOVERY] == [
             ("r2", ("n1",))]
 
+    async def test_recovery_codes_are_added_only_to_a_person_without_a_set(self, factor_store):
+        await factor_store.add_factor(app())
+        assert await factor_store.add_recovery_codes(codes())
+        assert not await factor_store.add_recovery_codes(codes(factor_id="r2", hashes=("n1",)))
+        assert await factor_store.add_recovery_codes(codes(user="bob", factor_id="r3"))
+        assert [(f.factor_id, f.code_hashes) for f in await factor_store.factors("alice")][1:] == [
+            ("r1", ("h1", "h2", "h3"))]
+        results = await asyncio.gather(
+            *(factor_store.add_recovery_codes(codes(user="carol", factor_id=f"c{i}")) for i in range(8))
+        )
+        assert sorted(results) == [False] * 7 + [True]
+        assert len(await factor_store.factors("carol")) == 1
+
     async def test_a_challenge_is_taken_once_and_not_after_it_expires(self, factor_store):
         # Against the store's clock now (NOW was taken at import, minutes ago in a long run).
         now = int(time.time() * 1000)

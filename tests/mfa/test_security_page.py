@@ -102,6 +102,44 @@ async def test_the_add_form_sent_twice_at_once_adds_the_app_once(hs, browser):
     assert [f.kind for f in await hs.second_factors.factors("bob")].count("totp") == 1
 
 
+async def test_two_tabs_adding_the_first_apps_at_once_keep_both_and_one_set_of_codes(hs, browser, monkeypatch):
+    # Two tabs of one browser, each adding an app, sent at once (both past the page's sign-in
+    # check before either is added): both apps kept, the recovery codes on one page (the set
+    # that works), and the browser still signed in, with one session.
+    assert "You have none yet" in await signed_in(browser)
+    factors = hs.second_step.factors
+    waiting, both_in = [], asyncio.Event()
+
+    async def together(*args: Any) -> Any:
+        waiting.append(args)
+        if len(waiting) == 2:
+            both_in.set()
+        await both_in.wait()
+        return await finish_totp(*args)
+
+    finish_totp = factors.finish_totp
+    monkeypatch.setattr(factors, "finish_totp", together)
+    forms = []
+    for _ in range(2):
+        adding = assert_page(await browser.get(path=PAGE, query={"add": "app"}))
+        app = App.from_uri(unescape(re.search(r'<a href="(otpauth://totp/[^"]+)"', adding).group(1)))
+        (form,) = forms_of(adding)
+        forms.append({**{name: value for _, name, value in form.fields if name != "_xsrf"},
+                      "code": app.code(), "op": "add_app"})
+    answers = await asyncio.gather(*(browser.post(fields, path=PAGE) for fields in forms))
+    assert [resp.status for resp in answers] == [200, 200], answers
+    assert all("Authenticator app added" in text(resp) for resp in answers)
+    shown = [re.findall(r"<li><code>([^<]+)</code></li>", text(resp)) for resp in answers]
+    assert sorted(len(codes) for codes in shown) == [0, 10], shown
+    kept = await hs.second_factors.factors("bob")
+    assert sorted(f.kind for f in kept) == ["recovery", "totp", "totp"]
+    (opened,) = await hs.browser_sessions.list_open("bob")
+    assert opened.second_factor == "totp"
+    assert "Your sessions" in assert_page(await browser.get())
+    codes = max(shown, key=len)
+    assert (await hs.second_factors.check_code("bob", codes[0])).recovery_left == 9
+
+
 async def test_a_wrong_first_code_shows_the_same_app_again(hs, browser):
     page = await signed_in(browser)
     link = re.search(r'href="([^"]*add=app)"', page).group(1)

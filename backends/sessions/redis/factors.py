@@ -69,6 +69,17 @@ local seq = redis.call('HINCRBY', KEYS[1], '#seq', 1)
 redis.call('HSET', KEYS[1], 'f:' .. ARGV[1], ARGV[2], 'o:' .. ARGV[1], seq)
 """
 
+# KEYS: the person's hash. ARGV: the set's factor id and JSON. 0 when the person has a set.
+ADD_RECOVERY = """
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  if string.sub(all[i], 1, 2) == 'f:' and cjson.decode(all[i + 1])['kind'] == 'recovery' then return 0 end
+end
+local seq = redis.call('HINCRBY', KEYS[1], '#seq', 1)
+redis.call('HSET', KEYS[1], 'f:' .. ARGV[1], ARGV[2], 'o:' .. ARGV[1], seq)
+return 1
+"""
+
 # KEYS: the person's hash. ARGV: factor id, what to change ("step", "count", "secret"), the
 # value, now (ms). 1 when changed; 0 when the factor is gone or the value does not move on.
 UPDATE = """
@@ -152,6 +163,9 @@ class RedisFactorStore(RedisPart, FactorStore):
 
     async def set_recovery_codes(self, factor: Factor) -> None:
         await self.script(SET_RECOVERY, [self._key(factor.user)], [factor.factor_id, factor.encode()])
+
+    async def add_recovery_codes(self, factor: Factor) -> bool:
+        return bool(await self.script(ADD_RECOVERY, [self._key(factor.user)], [factor.factor_id, factor.encode()]))
 
     async def _update(self, user: str, factor_id: str, what: str, value: Any, now_ms: int = 0) -> bool:
         return bool(await self.script(UPDATE, [self._key(user)], [factor_id, what, value, now_ms]))

@@ -91,6 +91,17 @@ class SqliteFactorStore(SqlitePart, FactorStore):
 
         await self._transaction(work)
 
+    async def add_recovery_codes(self, factor: Factor) -> bool:
+        def work(conn: sqlite3.Connection) -> bool:
+            if conn.execute(
+                "SELECT 1 FROM mfa_factors WHERE user = ? AND kind = ?", (factor.user, RECOVERY)
+            ).fetchone():
+                return False
+            self._insert(conn, factor)
+            return True
+
+        return await self._transaction(work)
+
     async def _update(self, user: str, factor_id: str, change: Callable[[Factor], Factor | None]) -> bool:
         """Read the factor and write `change(factor)` back in one transaction; False when it is
         gone or `change` says no (None)."""
