@@ -131,8 +131,10 @@ class FactorStore(abc.ABC):
         passkey, the person has that credential id already."""
 
     @abc.abstractmethod
-    async def remove_factor(self, user: str, factor_id: str) -> bool:
-        """Forget one factor of the person; False when there was none."""
+    async def remove_factor(self, user: str, factor_id: str, *, keep_one: bool = False) -> bool:
+        """Forget one factor of the person; False when there was none. With `keep_one` (a
+        person who must have a second factor), also False, and nothing changed, when they
+        have no app or passkey but this one: of two removals at once, one can pass."""
 
     @abc.abstractmethod
     async def remove_all(self, user: str) -> int:

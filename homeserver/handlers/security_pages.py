@@ -28,6 +28,7 @@ from homeserver.mfa.second_step import SecondStep
 from homeserver.mfa.service import (
     Added,
     EnrolmentExpired,
+    LastFactor,
     PasskeyError,
     SecondFactors,
     TooManyWrongCodes,
@@ -190,11 +191,12 @@ class SecurityPageHandler(PageHandler):
             await self.show(user, notice="New recovery codes: the old ones no longer work.", codes=codes)
             return
         factor_id = self.get_body_argument("factor_id", "")
-        others = [f for f in await self.factors.factors(user.name) if f.kind != RECOVERY and f.factor_id != factor_id]
-        if not others and self.step().policy.must_have(user):
+        try:
+            removed = await self.factors.remove(user.name, factor_id, keep_one=self.step().policy.must_have(user))
+        except LastFactor:
             await self.show(user, problem=PageError(409, LAST_REQUIRED))
             return
-        if not await self.factors.remove(user.name, factor_id):
+        if not removed:
             await self.show(user, 404, error="That second factor is removed already.")
             return
         logger.info("account page: %s removed a second factor", user.name)

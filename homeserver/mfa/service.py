@@ -49,6 +49,10 @@ class WrongCode(Exception):
     or it was accepted before (a replay)."""
 
 
+class LastFactor(Exception):
+    """The person must have a second factor, and this is their last app or passkey."""
+
+
 class EnrolmentExpired(Exception):
     """The form adding an authenticator app is too old, or not this person's: start again."""
 
@@ -265,10 +269,14 @@ class SecondFactors:
 
     # -- managing -------------------------------------------------------------------------------
 
-    async def remove(self, user: str, factor_id: str) -> bool:
+    async def remove(self, user: str, factor_id: str, *, keep_one: bool = False) -> bool:
         """Remove one of the person's apps or passkeys; with the last of them, the recovery codes
-        go too. False when they have no such factor."""
-        if not await self.store.remove_factor(user, factor_id):
+        go too. False when they have no such factor. `keep_one`: the person must have a second
+        factor (mfa.policy), and LastFactor is raised for their last app or passkey, decided in
+        the store's one step, so of two removals at once, one passes."""
+        if not await self.store.remove_factor(user, factor_id, keep_one=keep_one):
+            if keep_one and await self.store.factor(user, factor_id) is not None:
+                raise LastFactor(f"{user}'s last second factor")
             return False
         audit(FACTOR_REMOVED, user=user)
         left = await self.store.factors(user)
@@ -393,6 +401,7 @@ class SecondFactors:
 __all__ = [
     "Added",
     "EnrolmentExpired",
+    "LastFactor",
     "Passed",
     "PasskeyError",
     "SecondFactors",

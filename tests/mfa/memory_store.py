@@ -43,9 +43,13 @@ class MemoryFactorStore(FactorStore):
         self._factors[factor.factor_id] = factor
         return True
 
-    async def remove_factor(self, user: str, factor_id: str) -> bool:
+    async def remove_factor(self, user: str, factor_id: str, *, keep_one: bool = False) -> bool:
         self._up()
         if await self.factor(user, factor_id) is None:
+            return False
+        if keep_one and not any(
+            f.user == user and f.kind != RECOVERY and f.factor_id != factor_id for f in self._factors.values()
+        ):
             return False
         del self._factors[factor_id]
         return True

@@ -59,6 +59,21 @@ class FactorStoreContract:
         assert await factor_store.remove_all("alice") == 0
         assert len(await factor_store.factors("bob")) == 1
 
+    async def test_keep_one_removes_no_last_app_or_passkey(self, factor_store):
+        for factor in (app(), key(), codes()):
+            await factor_store.add_factor(factor)
+        assert await factor_store.remove_factor("alice", "r1", keep_one=True)  # codes: apps are left
+        assert await factor_store.remove_factor("alice", "t1", keep_one=True)
+        assert not await factor_store.remove_factor("alice", "p1", keep_one=True)  # the last one
+        assert not await factor_store.remove_factor("alice", "gone", keep_one=True)
+        assert [f.factor_id for f in await factor_store.factors("alice")] == ["p1"]
+        assert await factor_store.remove_factor("alice", "p1")
+        await factor_store.add_factor(app(user="carol", factor_id="c1"))
+        await factor_store.add_factor(key(user="carol", factor_id="c2"))
+        results = await asyncio.gather(*(factor_store.remove_factor("carol", f"c{i}", keep_one=True) for i in (1, 2)))
+        assert sorted(results) == [False, True]
+        assert len(await factor_store.factors("carol")) == 1
+
     async def test_a_totp_step_is_accepted_once_and_only_forwards(self, factor_store):
         await factor_store.add_factor(app(last_step=100))
         assert not await factor_store.accept_totp_step("alice", "t1", 100, NOW + 1)

@@ -13,7 +13,7 @@ from backends.sessions.factors import RECOVERY, TOTP, WEBAUTHN
 from homeserver.mfa.limits import WrongCodeLimit
 from homeserver.mfa.passkeys import RelyingParty
 from homeserver.mfa.sealing import Keyring
-from homeserver.mfa.service import SecondFactors
+from homeserver.mfa.service import LastFactor, SecondFactors
 from tests.backends.test_session_store import store_options
 from tests.mfa.authenticator import SoftAuthenticator
 from tests.support.redis_servers import redis_url  # noqa: F401  (fixture)
@@ -64,3 +64,24 @@ async def test_two_first_factors_at_once_bring_one_set_of_recovery_codes(servers
     assert {a.factor.factor_id for a in added} < {f.factor_id for f in kept}
     passed = await two.check_code("alice", shown[0][0])
     assert (passed.kind, passed.recovery_left) == (RECOVERY, 9)
+
+
+async def test_of_removals_at_once_that_must_keep_one_one_is_refused(servers):
+    """A person who must have a second factor removes both of theirs at once, on either
+    process: one goes, the other is refused (LastFactor), and their codes stay with the one
+    left. Someone who need not keep one removes both."""
+    one, two = servers
+    for user in ("carol", "bob"):
+        for service in servers:
+            enrolment = service.begin_totp(user)
+            await service.finish_totp(user, enrolment.pending, App(enrolment.secret).code())
+    carols = [f.factor_id for f in await one.factors("carol") if f.kind == TOTP]
+    outcomes = await asyncio.gather(
+        one.remove("carol", carols[0], keep_one=True), two.remove("carol", carols[1], keep_one=True),
+        return_exceptions=True,
+    )
+    assert [o for o in outcomes if not isinstance(o, LastFactor)] == [True], outcomes
+    assert sorted(f.kind for f in await two.factors("carol")) == [RECOVERY, TOTP]
+    bobs = [f.factor_id for f in await one.factors("bob") if f.kind == TOTP]
+    assert await asyncio.gather(one.remove("bob", bobs[0]), two.remove("bob", bobs[1])) == [True, True]
+    assert await one.factors("bob") == []

@@ -176,6 +176,34 @@ async def test_a_person_who_must_have_one_cannot_remove_the_last(hs, browser):
     assert len(await hs.second_factors.factors("carol")) == 2
 
 
+async def test_of_two_removals_at_once_by_a_person_who_must_have_one_one_is_refused(hs, browser, monkeypatch):
+    # Carol must have a second factor and has two apps; two tabs remove one each, at once (both
+    # through the password before either removes): one is removed, the other page refuses, clearly.
+    app, _ = await add_app(hs.second_factors, "carol")
+    await add_app(hs.second_factors, "carol")
+    page = await signed_in(browser, "carol", "sesame", app=app)
+    ids = re.findall(r'name="factor_id" value="([^"]+)"', page)
+    assert len(ids) == 2, page
+    waiting, both_in = [], asyncio.Event()
+
+    async def together(*args: Any) -> None:
+        await confirm_password(*args)
+        waiting.append(args)
+        if len(waiting) == 2:
+            both_in.set()
+        await both_in.wait()
+
+    confirm_password = hs.account_page.confirm_password
+    monkeypatch.setattr(hs.account_page, "confirm_password", together)
+    answers = await asyncio.gather(
+        *(browser.post({"op": "remove", "factor_id": factor_id, "password": "sesame"}, path=PAGE) for factor_id in ids)
+    )
+    assert sorted(resp.status for resp in answers) == [303, 409], answers
+    refused = next(resp for resp in answers if resp.status == 409)
+    assert "add another one" in assert_page(refused, 409)
+    assert sorted(f.kind for f in await hs.second_factors.factors("carol")) == ["recovery", "totp"]
+
+
 async def test_a_passkey_is_added_with_the_script_allowed_on_that_page_only(hs, browser, fetch):
     page = await signed_in(browser)
     assert "script-src" not in (await browser.get(path=PAGE)).headers["Content-Security-Policy"]

@@ -41,8 +41,21 @@ redis.call('HSET', KEYS[1], 'f:' .. ARGV[1], ARGV[2], 'o:' .. ARGV[1], seq)
 return 1
 """
 
-# KEYS: the person's hash. ARGV: factor id. 1 when it was there.
+# KEYS: the person's hash. ARGV: factor id, "1" to keep one (refused, 0, when the person has
+# no app or passkey but this one). 1 when it was there and is removed.
 REMOVE = """
+if ARGV[2] == '1' then
+  local other = false
+  local all = redis.call('HGETALL', KEYS[1])
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 2) == 'f:' and string.sub(all[i], 3) ~= ARGV[1]
+        and cjson.decode(all[i + 1])['kind'] ~= 'recovery' then
+      other = true
+      break
+    end
+  end
+  if not other then return 0 end
+end
 return redis.call('HDEL', KEYS[1], 'f:' .. ARGV[1], 'o:' .. ARGV[1]) > 0 and 1 or 0
 """
 
@@ -155,8 +168,8 @@ class RedisFactorStore(RedisPart, FactorStore):
         args: list[Any] = [factor.factor_id, factor.encode(), factor.kind, credential]
         return bool(await self.script(ADD, [self._key(factor.user)], args))
 
-    async def remove_factor(self, user: str, factor_id: str) -> bool:
-        return bool(await self.script(REMOVE, [self._key(user)], [factor_id]))
+    async def remove_factor(self, user: str, factor_id: str, *, keep_one: bool = False) -> bool:
+        return bool(await self.script(REMOVE, [self._key(user)], [factor_id, "1" if keep_one else "0"]))
 
     async def remove_all(self, user: str) -> int:
         return int(await self.script(REMOVE_ALL, [self._key(user)], []))
