@@ -65,7 +65,7 @@ class SecurityPageHandler(PageHandler):
             return
         adding = self.get_query_argument("add", "")
         if adding == "app":
-            self.add_app_view(self.user)
+            await self.add_app_view(self.user)
         elif adding == "passkey" and self.factors.relying_party is not None:
             await self.add_passkey_view(self.user)
         else:
@@ -89,9 +89,9 @@ class SecurityPageHandler(PageHandler):
             passkeys=self.factors.relying_party is not None, title="Security", **values,
         )
 
-    def add_app_view(self, user: User, enrolment: TotpEnrolment | None = None, **values: Any) -> None:
+    async def add_app_view(self, user: User, enrolment: TotpEnrolment | None = None, **values: Any) -> None:
         self.render_page(
-            "security_add.html", adding="app", enrolment=enrolment or self.factors.begin_totp(user.name),
+            "security_add.html", adding="app", enrolment=enrolment or await self.factors.begin_totp(user.name),
             add_action=PATH, add_fields=[], current=CURRENT, title="Add an authenticator app", **values,
         )
 
@@ -141,13 +141,13 @@ class SecurityPageHandler(PageHandler):
             added = await self.factors.finish_totp(user.name, pending, self.get_body_argument("code", ""))
         except WrongCode:
             try:
-                enrolment: TotpEnrolment | None = self.factors.reopen_totp(user.name, pending)
+                enrolment: TotpEnrolment | None = await self.factors.reopen_totp(user.name, pending)
             except EnrolmentExpired:
                 enrolment = None
-            self.add_app_view(user, enrolment, problem=PageError(403, WRONG_CODE))
+            await self.add_app_view(user, enrolment, problem=PageError(403, WRONG_CODE))
             return
         except EnrolmentExpired:
-            self.add_app_view(user, problem=PageError(400, "The page waited too long: scan this new code."))
+            await self.add_app_view(user, problem=PageError(400, "The page waited too long: scan this new code."))
             return
         await self.added(user, browser, added)
 

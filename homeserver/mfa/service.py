@@ -8,6 +8,7 @@ PasskeyError, EnrolmentExpired), each safe to log, none holding what was typed.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -38,6 +39,7 @@ FACTORS_RESET = "factors_reset"
 # How long the page adding an authenticator app may wait for its first code.
 ENROLMENT_LIFETIME_MS = 900_000
 MAX_NAME = 64
+QR_TITLE = "QR code of the authenticator app link"
 DEFAULT_NAMES = {TOTP: "Authenticator app", WEBAUTHN: "Passkey", RECOVERY: "Recovery codes"}
 _PENDING = "totp-pending"
 
@@ -167,7 +169,7 @@ class SecondFactors:
 
     # -- adding an authenticator app ----------------------------------------------------------
 
-    def begin_totp(self, user: str, account: str | None = None) -> TotpEnrolment:
+    async def begin_totp(self, user: str, account: str | None = None) -> TotpEnrolment:
         """A new secret for the person's app, nothing kept yet. `account` is the name the app
         shows (default: the user name)."""
         secret = totp.new_secret()
@@ -175,11 +177,16 @@ class SecondFactors:
         record = {"f": _new_id(), "s": secret, "e": _now_ms(self.clock) + ENROLMENT_LIFETIME_MS}
         sealed = self.keys.seal(json.dumps(record).encode(), associated_data(_PENDING, user, ""))
         pending = base64.urlsafe_b64encode(sealed).decode("ascii").rstrip("=")
-        return self._enrolment(secret, uri, pending)
+        return await self._enrolment(secret, uri, pending)
 
     @staticmethod
-    def _enrolment(secret: str, uri: str, pending: str) -> TotpEnrolment:
-        return TotpEnrolment(secret, uri, qr.svg(uri, "QR code of the authenticator app link"), pending)
+    async def _enrolment(secret: str, uri: str, pending: str) -> TotpEnrolment:
+        """The page's values, the QR code drawn on the loop's default pool: segno's choice of a
+        mask is some milliseconds of CPU, all of which every other request waited for on the
+        loop. (It is Python holding the GIL: on a thread the loop still waits for it, up to the
+        interpreter's switch interval, 5 ms, each time it wakes during a drawing.)"""
+        drawing = await asyncio.get_running_loop().run_in_executor(None, qr.svg, uri, QR_TITLE)
+        return TotpEnrolment(secret, uri, drawing, pending)
 
     def _pending(self, user: str, pending: str) -> tuple[str, str]:
         """The factor id and secret of a `begin_totp` still in time; EnrolmentExpired otherwise."""
@@ -193,11 +200,11 @@ class SecondFactors:
             raise EnrolmentExpired("the authenticator app was not confirmed in time")
         return factor_id, secret
 
-    def reopen_totp(self, user: str, pending: str, account: str | None = None) -> TotpEnrolment:
+    async def reopen_totp(self, user: str, pending: str, account: str | None = None) -> TotpEnrolment:
         """The page of a `begin_totp` shown again (a wrong first code): the same secret, the
         person's app scanned already. EnrolmentExpired when it is too old or not theirs."""
         _, secret = self._pending(user, pending)
-        return self._enrolment(secret, totp.provisioning_uri(secret, account or user, self.issuer), pending)
+        return await self._enrolment(secret, totp.provisioning_uri(secret, account or user, self.issuer), pending)
 
     async def finish_totp(self, user: str, pending: str, code: str, name: str = "") -> Added:
         """Keep the app of `begin_totp` once the person typed a current code of it (that code

@@ -49,7 +49,7 @@ async def test_two_first_factors_at_once_bring_one_set_of_recovery_codes(servers
     are kept, and one page shows the recovery codes, the set that works (not a set another
     page's replaced)."""
     one, two = servers
-    tabs = [one.begin_totp("alice") for _ in range(2)]
+    tabs = [await one.begin_totp("alice") for _ in range(2)]
     key = SoftAuthenticator(origin=RP.origin, rp_id=RP.rp_id)
     options = await one.begin_passkey("alice", "Alice")
     added = await asyncio.gather(
@@ -73,7 +73,7 @@ async def test_of_removals_at_once_that_must_keep_one_one_is_refused(servers):
     one, two = servers
     for user in ("carol", "bob"):
         for service in servers:
-            enrolment = service.begin_totp(user)
+            enrolment = await service.begin_totp(user)
             await service.finish_totp(user, enrolment.pending, App(enrolment.secret).code())
     carols = [f.factor_id for f in await one.factors("carol") if f.kind == TOTP]
     outcomes = await asyncio.gather(

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 from html import unescape
 from typing import Any
 
 import pytest
+import zxingcpp
 
+from homeserver.mfa import qr
 from tests.mfa.authenticator import SoftAuthenticator
+from tests.mfa.test_qr import pixels
 from tests.oauth_clients.flow import forms_of
 from tests.support.helpers import DEFAULT_USERS, record
 from tests.support.page_client import Browser, assert_page, text
@@ -148,6 +152,30 @@ async def test_a_wrong_first_code_shows_the_same_app_again(hs, browser):
     pending = unescape(re.search(r'name="pending" value="([^"]+)"', adding).group(1))
     again = assert_page(await browser.post({"op": "add_app", "pending": pending, "code": app.wrong()}, path=PAGE), 403)
     assert app.secret in again.replace(" ", "") and await hs.second_factors.factors("bob") == []
+
+
+async def test_the_qr_code_is_drawn_off_the_event_loop_and_reads_as_the_link(hs, browser, monkeypatch):
+    # The drawing (milliseconds of CPU) is made on a pool's thread, not the event loop's, and
+    # the page is as it was: its QR code reads back as the otpauth:// link beside it, and after
+    # a wrong first code the same app's page, the same drawing, is shown again.
+    drawn_on, draw = [], qr.svg
+
+    def svg(*args: Any, **kwargs: Any) -> str:
+        drawn_on.append(threading.get_ident())
+        return draw(*args, **kwargs)
+
+    monkeypatch.setattr(qr, "svg", svg)
+    await signed_in(browser)
+    adding = assert_page(await browser.get(path=PAGE, query={"add": "app"}))
+    uri = unescape(re.search(r'<a href="(otpauth://totp/[^"]+)"', adding).group(1))
+    drawing = re.search(r'<div class="qr">(<svg .*?</svg>)</div>', adding, re.DOTALL).group(1)
+    assert '<title>QR code of the authenticator app link</title>' in drawing
+    image, _ = pixels(drawing)
+    assert zxingcpp.read_barcode(image, formats=zxingcpp.BarcodeFormat.QRCode).text == uri
+    pending = unescape(re.search(r'name="pending" value="([^"]+)"', adding).group(1))
+    wrong = await browser.post({"op": "add_app", "pending": pending, "code": App.from_uri(uri).wrong()}, path=PAGE)
+    assert drawing in assert_page(wrong, 403)
+    assert len(drawn_on) == 2 and threading.get_ident() not in drawn_on, drawn_on
 
 
 async def test_removing_and_renewing_ask_for_the_password_or_a_code(hs, browser):
