@@ -65,7 +65,7 @@ def enrol(config: Path, names: list[str]) -> dict[str, App]:
             factors = SecondFactors.from_config(loaded, store.factors(), None)
             apps: dict[str, App] = {}
             for name in names:
-                enrolment = factors.begin_totp(name)
+                enrolment = await factors.begin_totp(name)
                 apps[name] = App.from_uri(enrolment.uri)
                 await factors.finish_totp(name, enrolment.pending, apps[name].code())
             return apps

@@ -131,8 +131,10 @@ class FactorStore(abc.ABC):
         passkey, the person has that credential id already."""
 
     @abc.abstractmethod
-    async def remove_factor(self, user: str, factor_id: str) -> bool:
-        """Forget one factor of the person; False when there was none."""
+    async def remove_factor(self, user: str, factor_id: str, *, keep_one: bool = False) -> bool:
+        """Forget one factor of the person; False when there was none. With `keep_one` (a
+        person who must have a second factor), also False, and nothing changed, when they
+        have no app or passkey but this one: of two removals at once, one can pass."""
 
     @abc.abstractmethod
     async def remove_all(self, user: str) -> int:
@@ -142,6 +144,12 @@ class FactorStore(abc.ABC):
     async def set_recovery_codes(self, factor: Factor) -> None:
         """Keep `factor` (kind RECOVERY) as the person's recovery codes, replacing any set
         they had (the old codes stop working at once)."""
+
+    @abc.abstractmethod
+    async def add_recovery_codes(self, factor: Factor) -> bool:
+        """Keep `factor` (kind RECOVERY) as the person's recovery codes if they have none; False,
+        and nothing changed, when they have a set (of two first factors added at once, the
+        codes of one are kept, and shown)."""
 
     @abc.abstractmethod
     async def accept_totp_step(self, user: str, factor_id: str, step: int, now_ms: int) -> bool:

@@ -109,8 +109,8 @@ class SecondStepHandler(PageHandler):
         if await step.must_add(user):
             values.update(
                 mode="add", title="Add a second factor", add_action=second_step.PATH, add_fields=[("then", then)],
-                enrolment=enrolment or factors.begin_totp(user.name), passkey_mode="create", passkey_op="add_passkey",
-                passkey_label="Add a passkey",
+                enrolment=enrolment or await factors.begin_totp(user.name), passkey_mode="create",
+                passkey_op="add_passkey", passkey_label="Add a passkey",
             )
             if factors.relying_party is not None:
                 values["passkey_options"] = await factors.begin_passkey(user.name, user.display_name or user.name)
@@ -152,7 +152,7 @@ class SecondStepHandler(PageHandler):
         except WrongCode:
             problem = PageError(403, WRONG_CODE)
             if op == "add_app":
-                enrolment = self.reopened(step, user)
+                enrolment = await self.reopened(step, user)
         except TooManyWrongCodes as exc:
             problem = too_many(exc)
         except PasskeyError:
@@ -173,11 +173,11 @@ class SecondStepHandler(PageHandler):
             )
         return await step.factors.finish_passkey(user.name, self.get_body_argument("credential", ""))
 
-    def reopened(self, step: SecondStep, user: User) -> TotpEnrolment | None:
+    async def reopened(self, step: SecondStep, user: User) -> TotpEnrolment | None:
         """The app being added, shown again after a wrong first code (the same secret: the
         person's app has it already); None when it expired (a new one is shown)."""
         try:
-            return step.factors.reopen_totp(user.name, self.get_body_argument("pending", ""))
+            return await step.factors.reopen_totp(user.name, self.get_body_argument("pending", ""))
         except EnrolmentExpired:
             return None
 

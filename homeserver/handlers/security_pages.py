@@ -28,6 +28,7 @@ from homeserver.mfa.second_step import SecondStep
 from homeserver.mfa.service import (
     Added,
     EnrolmentExpired,
+    LastFactor,
     PasskeyError,
     SecondFactors,
     TooManyWrongCodes,
@@ -64,7 +65,7 @@ class SecurityPageHandler(PageHandler):
             return
         adding = self.get_query_argument("add", "")
         if adding == "app":
-            self.add_app_view(self.user)
+            await self.add_app_view(self.user)
         elif adding == "passkey" and self.factors.relying_party is not None:
             await self.add_passkey_view(self.user)
         else:
@@ -88,9 +89,9 @@ class SecurityPageHandler(PageHandler):
             passkeys=self.factors.relying_party is not None, title="Security", **values,
         )
 
-    def add_app_view(self, user: User, enrolment: TotpEnrolment | None = None, **values: Any) -> None:
+    async def add_app_view(self, user: User, enrolment: TotpEnrolment | None = None, **values: Any) -> None:
         self.render_page(
-            "security_add.html", adding="app", enrolment=enrolment or self.factors.begin_totp(user.name),
+            "security_add.html", adding="app", enrolment=enrolment or await self.factors.begin_totp(user.name),
             add_action=PATH, add_fields=[], current=CURRENT, title="Add an authenticator app", **values,
         )
 
@@ -140,13 +141,13 @@ class SecurityPageHandler(PageHandler):
             added = await self.factors.finish_totp(user.name, pending, self.get_body_argument("code", ""))
         except WrongCode:
             try:
-                enrolment: TotpEnrolment | None = self.factors.reopen_totp(user.name, pending)
+                enrolment: TotpEnrolment | None = await self.factors.reopen_totp(user.name, pending)
             except EnrolmentExpired:
                 enrolment = None
-            self.add_app_view(user, enrolment, problem=PageError(403, WRONG_CODE))
+            await self.add_app_view(user, enrolment, problem=PageError(403, WRONG_CODE))
             return
         except EnrolmentExpired:
-            self.add_app_view(user, problem=PageError(400, "The page waited too long: scan this new code."))
+            await self.add_app_view(user, problem=PageError(400, "The page waited too long: scan this new code."))
             return
         await self.added(user, browser, added)
 
@@ -161,14 +162,18 @@ class SecurityPageHandler(PageHandler):
     async def added(self, user: User, browser: BrowserSessionCookie, added: Added) -> None:
         """The page after a factor was added: the recovery codes of a first factor, once. A
         browser session of before the person had one is opened again, marked with it (the
-        person has just used it), so that it still counts (PageHandler's rule)."""
+        person has just used it), so that it still counts (PageHandler's rule). Once: of two
+        tabs adding their first factors at once, the one that ends the old session gives the
+        new cookie; the other's new session is ended and the browser keeps the first's."""
         kind = added.factor.kind
         logger.info("account page: %s added a second factor (%s)", user.name, kind)
         if not browser.second_factor:
             cookie = await self.step().finish(user, kind, self.client_ip, self.request.headers.get("User-Agent", ""))
-            await self.hs.browser_sessions.end(user.name, browser.nonce)
-            self.set_signed_cookie(page.COOKIE, cookie.encode(), max_age=page.LIFETIME)
-            self.browser_session = cookie
+            if await self.hs.browser_sessions.end(user.name, browser.nonce):
+                self.set_signed_cookie(page.COOKIE, cookie.encode(), max_age=page.LIFETIME)
+                self.browser_session = cookie
+            else:  # ended already: by the other tab, or a sign-out
+                await self.hs.browser_sessions.end(user.name, cookie.nonce)
         notice = f"{'Authenticator app' if kind == 'totp' else 'Passkey'} added."
         await self.show(user, notice=notice, codes=added.recovery_codes)
 
@@ -186,11 +191,12 @@ class SecurityPageHandler(PageHandler):
             await self.show(user, notice="New recovery codes: the old ones no longer work.", codes=codes)
             return
         factor_id = self.get_body_argument("factor_id", "")
-        others = [f for f in await self.factors.factors(user.name) if f.kind != RECOVERY and f.factor_id != factor_id]
-        if not others and self.step().policy.must_have(user):
+        try:
+            removed = await self.factors.remove(user.name, factor_id, keep_one=self.step().policy.must_have(user))
+        except LastFactor:
             await self.show(user, problem=PageError(409, LAST_REQUIRED))
             return
-        if not await self.factors.remove(user.name, factor_id):
+        if not removed:
             await self.show(user, 404, error="That second factor is removed already.")
             return
         logger.info("account page: %s removed a second factor", user.name)

@@ -8,6 +8,7 @@ PasskeyError, EnrolmentExpired), each safe to log, none holding what was typed.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -38,6 +39,7 @@ FACTORS_RESET = "factors_reset"
 # How long the page adding an authenticator app may wait for its first code.
 ENROLMENT_LIFETIME_MS = 900_000
 MAX_NAME = 64
+QR_TITLE = "QR code of the authenticator app link"
 DEFAULT_NAMES = {TOTP: "Authenticator app", WEBAUTHN: "Passkey", RECOVERY: "Recovery codes"}
 _PENDING = "totp-pending"
 
@@ -47,6 +49,10 @@ Observer = Callable[[FactorKind, bool], None]
 class WrongCode(Exception):
     """The code is not a current code of the person's apps nor one of their recovery codes,
     or it was accepted before (a replay)."""
+
+
+class LastFactor(Exception):
+    """The person must have a second factor, and this is their last app or passkey."""
 
 
 class EnrolmentExpired(Exception):
@@ -163,7 +169,7 @@ class SecondFactors:
 
     # -- adding an authenticator app ----------------------------------------------------------
 
-    def begin_totp(self, user: str, account: str | None = None) -> TotpEnrolment:
+    async def begin_totp(self, user: str, account: str | None = None) -> TotpEnrolment:
         """A new secret for the person's app, nothing kept yet. `account` is the name the app
         shows (default: the user name)."""
         secret = totp.new_secret()
@@ -171,11 +177,16 @@ class SecondFactors:
         record = {"f": _new_id(), "s": secret, "e": _now_ms(self.clock) + ENROLMENT_LIFETIME_MS}
         sealed = self.keys.seal(json.dumps(record).encode(), associated_data(_PENDING, user, ""))
         pending = base64.urlsafe_b64encode(sealed).decode("ascii").rstrip("=")
-        return self._enrolment(secret, uri, pending)
+        return await self._enrolment(secret, uri, pending)
 
     @staticmethod
-    def _enrolment(secret: str, uri: str, pending: str) -> TotpEnrolment:
-        return TotpEnrolment(secret, uri, qr.svg(uri, "QR code of the authenticator app link"), pending)
+    async def _enrolment(secret: str, uri: str, pending: str) -> TotpEnrolment:
+        """The page's values, the QR code drawn on the loop's default pool: segno's choice of a
+        mask is some milliseconds of CPU, all of which every other request waited for on the
+        loop. (It is Python holding the GIL: on a thread the loop still waits for it, up to the
+        interpreter's switch interval, 5 ms, each time it wakes during a drawing.)"""
+        drawing = await asyncio.get_running_loop().run_in_executor(None, qr.svg, uri, QR_TITLE)
+        return TotpEnrolment(secret, uri, drawing, pending)
 
     def _pending(self, user: str, pending: str) -> tuple[str, str]:
         """The factor id and secret of a `begin_totp` still in time; EnrolmentExpired otherwise."""
@@ -189,11 +200,11 @@ class SecondFactors:
             raise EnrolmentExpired("the authenticator app was not confirmed in time")
         return factor_id, secret
 
-    def reopen_totp(self, user: str, pending: str, account: str | None = None) -> TotpEnrolment:
+    async def reopen_totp(self, user: str, pending: str, account: str | None = None) -> TotpEnrolment:
         """The page of a `begin_totp` shown again (a wrong first code): the same secret, the
         person's app scanned already. EnrolmentExpired when it is too old or not theirs."""
         _, secret = self._pending(user, pending)
-        return self._enrolment(secret, totp.provisioning_uri(secret, account or user, self.issuer), pending)
+        return await self._enrolment(secret, totp.provisioning_uri(secret, account or user, self.issuer), pending)
 
     async def finish_totp(self, user: str, pending: str, code: str, name: str = "") -> Added:
         """Keep the app of `begin_totp` once the person typed a current code of it (that code
@@ -212,16 +223,18 @@ class SecondFactors:
         return await self._added(factor)
 
     async def _added(self, factor: Factor) -> Added:
-        had = await self.store.factors(factor.user)
+        """Keep the new factor, and with the person's first one their recovery codes: added only
+        if they have no set, in one store step, so of first factors added at once (two tabs),
+        one brings the codes and shows them, and no later set replaces the one shown."""
         if not await self.store.add_factor(factor):
             existing = await self.store.factor(factor.user, factor.factor_id)
             if existing is not None and existing.kind == factor.kind:
                 return Added(existing, [])  # the same form sent twice (at once, too: read after)
             raise PasskeyError("this passkey is added already")
         audit(FACTOR_ADDED, user=factor.user, reason=factor.kind)
-        codes: list[str] = []
-        if not any(f.kind == RECOVERY for f in had):
-            codes = await self.renew_recovery_codes(factor.user)
+        codes = recovery.new_codes()
+        if not await self.store.add_recovery_codes(self._recovery_codes(factor.user, codes)):
+            codes = []  # they have a set: it stays
         return Added(factor, codes)
 
     # -- adding a passkey ---------------------------------------------------------------------
@@ -263,10 +276,14 @@ class SecondFactors:
 
     # -- managing -------------------------------------------------------------------------------
 
-    async def remove(self, user: str, factor_id: str) -> bool:
+    async def remove(self, user: str, factor_id: str, *, keep_one: bool = False) -> bool:
         """Remove one of the person's apps or passkeys; with the last of them, the recovery codes
-        go too. False when they have no such factor."""
-        if not await self.store.remove_factor(user, factor_id):
+        go too. False when they have no such factor. `keep_one`: the person must have a second
+        factor (mfa.policy), and LastFactor is raised for their last app or passkey, decided in
+        the store's one step, so of two removals at once, one passes."""
+        if not await self.store.remove_factor(user, factor_id, keep_one=keep_one):
+            if keep_one and await self.store.factor(user, factor_id) is not None:
+                raise LastFactor(f"{user}'s last second factor")
             return False
         audit(FACTOR_REMOVED, user=user)
         left = await self.store.factors(user)
@@ -275,14 +292,16 @@ class SecondFactors:
                 await self.store.remove_factor(user, factor.factor_id)
         return True
 
+    def _recovery_codes(self, user: str, codes: list[str]) -> Factor:
+        return Factor(
+            factor_id=_new_id(), user=user, kind=RECOVERY, name=DEFAULT_NAMES[RECOVERY],
+            created_ts=_now_ms(self.clock), code_hashes=tuple(recovery.digest(self.keys, user, code) for code in codes),
+        )
+
     async def renew_recovery_codes(self, user: str) -> list[str]:
         """New recovery codes for the person (to show once); the old ones stop working."""
         codes = recovery.new_codes()
-        now = _now_ms(self.clock)
-        await self.store.set_recovery_codes(Factor(
-            factor_id=_new_id(), user=user, kind=RECOVERY, name=DEFAULT_NAMES[RECOVERY], created_ts=now,
-            code_hashes=tuple(recovery.digest(self.keys, user, code) for code in codes),
-        ))
+        await self.store.set_recovery_codes(self._recovery_codes(user, codes))
         return codes
 
     async def reset(self, user: str) -> int:
@@ -389,6 +408,7 @@ class SecondFactors:
 __all__ = [
     "Added",
     "EnrolmentExpired",
+    "LastFactor",
     "Passed",
     "PasskeyError",
     "SecondFactors",

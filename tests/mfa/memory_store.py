@@ -43,9 +43,13 @@ class MemoryFactorStore(FactorStore):
         self._factors[factor.factor_id] = factor
         return True
 
-    async def remove_factor(self, user: str, factor_id: str) -> bool:
+    async def remove_factor(self, user: str, factor_id: str, *, keep_one: bool = False) -> bool:
         self._up()
         if await self.factor(user, factor_id) is None:
+            return False
+        if keep_one and not any(
+            f.user == user and f.kind != RECOVERY and f.factor_id != factor_id for f in self._factors.values()
+        ):
             return False
         del self._factors[factor_id]
         return True
@@ -62,6 +66,13 @@ class MemoryFactorStore(FactorStore):
         for key in [k for k, f in self._factors.items() if f.user == factor.user and f.kind == RECOVERY]:
             del self._factors[key]
         self._factors[factor.factor_id] = factor
+
+    async def add_recovery_codes(self, factor: Factor) -> bool:
+        self._up()
+        if any(f.user == factor.user and f.kind == RECOVERY for f in self._factors.values()):
+            return False
+        self._factors[factor.factor_id] = factor
+        return True
 
     async def update_sealed_secret(self, user: str, factor_id: str, sealed_secret: bytes) -> bool:
         found = await self.factor(user, factor_id)

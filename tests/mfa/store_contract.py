@@ -59,6 +59,21 @@ class FactorStoreContract:
         assert await factor_store.remove_all("alice") == 0
         assert len(await factor_store.factors("bob")) == 1
 
+    async def test_keep_one_removes_no_last_app_or_passkey(self, factor_store):
+        for factor in (app(), key(), codes()):
+            await factor_store.add_factor(factor)
+        assert await factor_store.remove_factor("alice", "r1", keep_one=True)  # codes: apps are left
+        assert await factor_store.remove_factor("alice", "t1", keep_one=True)
+        assert not await factor_store.remove_factor("alice", "p1", keep_one=True)  # the last one
+        assert not await factor_store.remove_factor("alice", "gone", keep_one=True)
+        assert [f.factor_id for f in await factor_store.factors("alice")] == ["p1"]
+        assert await factor_store.remove_factor("alice", "p1")
+        await factor_store.add_factor(app(user="carol", factor_id="c1"))
+        await factor_store.add_factor(key(user="carol", factor_id="c2"))
+        results = await asyncio.gather(*(factor_store.remove_factor("carol", f"c{i}", keep_one=True) for i in (1, 2)))
+        assert sorted(results) == [False, True]
+        assert len(await factor_store.factors("carol")) == 1
+
     async def test_a_totp_step_is_accepted_once_and_only_forwards(self, factor_store):
         await factor_store.add_factor(app(last_step=100))
         assert not await factor_store.accept_totp_step("alice", "t1", 100, NOW + 1)
@@ -111,6 +126,19 @@ class FactorStoreContract:
         assert not await factor_store.use_recovery_code("alice", "h1", NOW)
         assert [(f.factor_id, f.code_hashes) for f in await factor_store.factors("alice") if f.kind == RECOVERY] == [
             ("r2", ("n1",))]
+
+    async def test_recovery_codes_are_added_only_to_a_person_without_a_set(self, factor_store):
+        await factor_store.add_factor(app())
+        assert await factor_store.add_recovery_codes(codes())
+        assert not await factor_store.add_recovery_codes(codes(factor_id="r2", hashes=("n1",)))
+        assert await factor_store.add_recovery_codes(codes(user="bob", factor_id="r3"))
+        assert [(f.factor_id, f.code_hashes) for f in await factor_store.factors("alice")][1:] == [
+            ("r1", ("h1", "h2", "h3"))]
+        results = await asyncio.gather(
+            *(factor_store.add_recovery_codes(codes(user="carol", factor_id=f"c{i}")) for i in range(8))
+        )
+        assert sorted(results) == [False] * 7 + [True]
+        assert len(await factor_store.factors("carol")) == 1
 
     async def test_a_challenge_is_taken_once_and_not_after_it_expires(self, factor_store):
         # Against the store's clock now (NOW was taken at import, minutes ago in a long run).

@@ -183,6 +183,38 @@ async def test_a_person_who_must_have_one_adds_an_app_in_the_same_step(hs, brows
     assert opened.second_factor == "totp"
 
 
+async def test_two_tabs_adding_the_first_factor_at_once_show_one_set_of_codes(hs, browser, monkeypatch):
+    # Carol's second step open in two tabs, an app added in each at once: both kept, the codes
+    # shown on one page (the set that works), the other page says the app was added, with no
+    # empty list of codes "shown only now".
+    tabs = []
+    for _ in range(2):
+        html = await to_second_step(browser, "carol", "sesame", script=True)
+        app = App.from_uri(re.search(r'<a href="(otpauth://totp/[^"]+)"', html).group(1).replace("&amp;", "&"))
+        pending = dict((n, v) for _, n, v in forms_of(html)[0].fields)["pending"]
+        tabs.append({"op": "add_app", "pending": pending, "code": app.code(), "then": then_of(html)})
+    factors = hs.second_step.factors
+    waiting, both_in = [], asyncio.Event()
+
+    async def together(*args: Any) -> Any:
+        waiting.append(args)
+        if len(waiting) == 2:
+            both_in.set()
+        await both_in.wait()
+        return await finish_totp(*args)
+
+    finish_totp = factors.finish_totp
+    monkeypatch.setattr(factors, "finish_totp", together)
+    pages = [assert_page(resp) for resp in await asyncio.gather(*(browser.post(tab, path=STEP) for tab in tabs))]
+    assert all("Second factor added" in page for page in pages)
+    shown = [re.findall(r"<li><code>([^<]+)</code></li>", page) for page in pages]
+    assert sorted(len(codes) for codes in shown) == [0, 10], shown
+    assert ["Your recovery codes" in page for page in pages].count(True) == 1
+    assert sorted(f.kind for f in await hs.second_factors.factors("carol")) == ["recovery", "totp", "totp"]
+    codes = max(shown, key=len)
+    assert (await hs.second_factors.check_code("carol", codes[0])).recovery_left == 9
+
+
 async def test_without_a_pending_sign_in_the_page_says_start_again(browser, hs):
     resp = await browser.get({"then": "/account/?action=org.matrix.profile"}, path=STEP)
     page = assert_page(resp)

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 from html import unescape
 from typing import Any
 
 import pytest
+import zxingcpp
 
+from homeserver.mfa import qr
 from tests.mfa.authenticator import SoftAuthenticator
+from tests.mfa.test_qr import pixels
 from tests.oauth_clients.flow import forms_of
 from tests.support.helpers import DEFAULT_USERS, record
 from tests.support.page_client import Browser, assert_page, text
@@ -102,6 +106,44 @@ async def test_the_add_form_sent_twice_at_once_adds_the_app_once(hs, browser):
     assert [f.kind for f in await hs.second_factors.factors("bob")].count("totp") == 1
 
 
+async def test_two_tabs_adding_the_first_apps_at_once_keep_both_and_one_set_of_codes(hs, browser, monkeypatch):
+    # Two tabs of one browser, each adding an app, sent at once (both past the page's sign-in
+    # check before either is added): both apps kept, the recovery codes on one page (the set
+    # that works), and the browser still signed in, with one session.
+    assert "You have none yet" in await signed_in(browser)
+    factors = hs.second_step.factors
+    waiting, both_in = [], asyncio.Event()
+
+    async def together(*args: Any) -> Any:
+        waiting.append(args)
+        if len(waiting) == 2:
+            both_in.set()
+        await both_in.wait()
+        return await finish_totp(*args)
+
+    finish_totp = factors.finish_totp
+    monkeypatch.setattr(factors, "finish_totp", together)
+    forms = []
+    for _ in range(2):
+        adding = assert_page(await browser.get(path=PAGE, query={"add": "app"}))
+        app = App.from_uri(unescape(re.search(r'<a href="(otpauth://totp/[^"]+)"', adding).group(1)))
+        (form,) = forms_of(adding)
+        forms.append({**{name: value for _, name, value in form.fields if name != "_xsrf"},
+                      "code": app.code(), "op": "add_app"})
+    answers = await asyncio.gather(*(browser.post(fields, path=PAGE) for fields in forms))
+    assert [resp.status for resp in answers] == [200, 200], answers
+    assert all("Authenticator app added" in text(resp) for resp in answers)
+    shown = [re.findall(r"<li><code>([^<]+)</code></li>", text(resp)) for resp in answers]
+    assert sorted(len(codes) for codes in shown) == [0, 10], shown
+    kept = await hs.second_factors.factors("bob")
+    assert sorted(f.kind for f in kept) == ["recovery", "totp", "totp"]
+    (opened,) = await hs.browser_sessions.list_open("bob")
+    assert opened.second_factor == "totp"
+    assert "Your sessions" in assert_page(await browser.get())
+    codes = max(shown, key=len)
+    assert (await hs.second_factors.check_code("bob", codes[0])).recovery_left == 9
+
+
 async def test_a_wrong_first_code_shows_the_same_app_again(hs, browser):
     page = await signed_in(browser)
     link = re.search(r'href="([^"]*add=app)"', page).group(1)
@@ -110,6 +152,30 @@ async def test_a_wrong_first_code_shows_the_same_app_again(hs, browser):
     pending = unescape(re.search(r'name="pending" value="([^"]+)"', adding).group(1))
     again = assert_page(await browser.post({"op": "add_app", "pending": pending, "code": app.wrong()}, path=PAGE), 403)
     assert app.secret in again.replace(" ", "") and await hs.second_factors.factors("bob") == []
+
+
+async def test_the_qr_code_is_drawn_off_the_event_loop_and_reads_as_the_link(hs, browser, monkeypatch):
+    # The drawing (milliseconds of CPU) is made on a pool's thread, not the event loop's, and
+    # the page is as it was: its QR code reads back as the otpauth:// link beside it, and after
+    # a wrong first code the same app's page, the same drawing, is shown again.
+    drawn_on, draw = [], qr.svg
+
+    def svg(*args: Any, **kwargs: Any) -> str:
+        drawn_on.append(threading.get_ident())
+        return draw(*args, **kwargs)
+
+    monkeypatch.setattr(qr, "svg", svg)
+    await signed_in(browser)
+    adding = assert_page(await browser.get(path=PAGE, query={"add": "app"}))
+    uri = unescape(re.search(r'<a href="(otpauth://totp/[^"]+)"', adding).group(1))
+    drawing = re.search(r'<div class="qr">(<svg .*?</svg>)</div>', adding, re.DOTALL).group(1)
+    assert '<title>QR code of the authenticator app link</title>' in drawing
+    image, _ = pixels(drawing)
+    assert zxingcpp.read_barcode(image, formats=zxingcpp.BarcodeFormat.QRCode).text == uri
+    pending = unescape(re.search(r'name="pending" value="([^"]+)"', adding).group(1))
+    wrong = await browser.post({"op": "add_app", "pending": pending, "code": App.from_uri(uri).wrong()}, path=PAGE)
+    assert drawing in assert_page(wrong, 403)
+    assert len(drawn_on) == 2 and threading.get_ident() not in drawn_on, drawn_on
 
 
 async def test_removing_and_renewing_ask_for_the_password_or_a_code(hs, browser):
@@ -136,6 +202,34 @@ async def test_a_person_who_must_have_one_cannot_remove_the_last(hs, browser):
     resp = await browser.post({"op": "remove", "factor_id": factor_id, "password": "sesame"}, path=PAGE)
     assert "add another one" in assert_page(resp, 409)
     assert len(await hs.second_factors.factors("carol")) == 2
+
+
+async def test_of_two_removals_at_once_by_a_person_who_must_have_one_one_is_refused(hs, browser, monkeypatch):
+    # Carol must have a second factor and has two apps; two tabs remove one each, at once (both
+    # through the password before either removes): one is removed, the other page refuses, clearly.
+    app, _ = await add_app(hs.second_factors, "carol")
+    await add_app(hs.second_factors, "carol")
+    page = await signed_in(browser, "carol", "sesame", app=app)
+    ids = re.findall(r'name="factor_id" value="([^"]+)"', page)
+    assert len(ids) == 2, page
+    waiting, both_in = [], asyncio.Event()
+
+    async def together(*args: Any) -> None:
+        await confirm_password(*args)
+        waiting.append(args)
+        if len(waiting) == 2:
+            both_in.set()
+        await both_in.wait()
+
+    confirm_password = hs.account_page.confirm_password
+    monkeypatch.setattr(hs.account_page, "confirm_password", together)
+    answers = await asyncio.gather(
+        *(browser.post({"op": "remove", "factor_id": factor_id, "password": "sesame"}, path=PAGE) for factor_id in ids)
+    )
+    assert sorted(resp.status for resp in answers) == [303, 409], answers
+    refused = next(resp for resp in answers if resp.status == 409)
+    assert "add another one" in assert_page(refused, 409)
+    assert sorted(f.kind for f in await hs.second_factors.factors("carol")) == ["recovery", "totp"]
 
 
 async def test_a_passkey_is_added_with_the_script_allowed_on_that_page_only(hs, browser, fetch):

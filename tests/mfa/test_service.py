@@ -60,7 +60,7 @@ def code_now(secret: str, clock: Clock, offset: int = 0) -> str:
 
 
 async def add_app(mfa: SecondFactors, clock: Clock, user: str = "alice"):
-    enrolment = mfa.begin_totp(user)
+    enrolment = await mfa.begin_totp(user)
     added = await mfa.finish_totp(user, enrolment.pending, code_now(enrolment.secret, clock), "Phone")
     return enrolment.secret, added
 
@@ -68,7 +68,7 @@ async def add_app(mfa: SecondFactors, clock: Clock, user: str = "alice"):
 # -- adding an authenticator app --------------------------------------------------------------------
 
 async def test_an_app_is_added_with_its_first_code_and_the_recovery_codes_come_once(mfa, store, clock):
-    enrolment = mfa.begin_totp("alice")
+    enrolment = await mfa.begin_totp("alice")
     assert await store.factors("alice") == []  # nothing kept before the first code
     assert parse_qs(urlsplit(enrolment.uri).query)["secret"] == [enrolment.secret]
     assert enrolment.uri.startswith("otpauth://totp/example.org:alice?")
@@ -87,7 +87,7 @@ async def test_an_app_is_added_with_its_first_code_and_the_recovery_codes_come_o
 
 
 async def test_the_confirming_code_cannot_pass_a_sign_in(mfa, clock):
-    enrolment = mfa.begin_totp("alice")
+    enrolment = await mfa.begin_totp("alice")
     code = code_now(enrolment.secret, clock)
     await mfa.finish_totp("alice", enrolment.pending, code)
     with pytest.raises(WrongCode, match="used before"):
@@ -95,7 +95,7 @@ async def test_the_confirming_code_cannot_pass_a_sign_in(mfa, clock):
 
 
 async def test_the_same_form_sent_twice_adds_the_app_once(mfa, store, clock):
-    enrolment = mfa.begin_totp("alice")
+    enrolment = await mfa.begin_totp("alice")
     first = await mfa.finish_totp("alice", enrolment.pending, code_now(enrolment.secret, clock))
     clock.now += 30
     again = await mfa.finish_totp("alice", enrolment.pending, code_now(enrolment.secret, clock))
@@ -104,7 +104,7 @@ async def test_the_same_form_sent_twice_adds_the_app_once(mfa, store, clock):
 
 
 async def test_a_wrong_first_code_adds_nothing(mfa, store, clock):
-    enrolment = mfa.begin_totp("alice")
+    enrolment = await mfa.begin_totp("alice")
     with pytest.raises(WrongCode):
         await mfa.finish_totp("alice", enrolment.pending, code_now(enrolment.secret, clock, 5))
     assert await store.factors("alice") == []
@@ -112,7 +112,7 @@ async def test_a_wrong_first_code_adds_nothing(mfa, store, clock):
 
 @pytest.mark.parametrize("how", ["too late", "another person", "tampered", "garbage"])
 async def test_a_stale_or_foreign_form_is_refused(mfa, clock, how):
-    enrolment = mfa.begin_totp("alice")
+    enrolment = await mfa.begin_totp("alice")
     user, pending = "alice", enrolment.pending
     if how == "too late":
         clock.now += 901
@@ -323,7 +323,7 @@ async def test_a_removed_or_another_persons_passkey_does_not_pass(mfa):
 
 
 async def add_app_for_passkey_user(mfa: SecondFactors) -> None:
-    enrolment = mfa.begin_totp("alice")
+    enrolment = await mfa.begin_totp("alice")
     await mfa.finish_totp("alice", enrolment.pending, code_now(enrolment.secret, mfa.clock))
 
 
@@ -389,7 +389,7 @@ async def test_the_service_from_the_config(tmp_path, store, caplog):
     assert mfa.issuer == "example.org"
     assert mfa.relying_party == RelyingParty("matrix.example.org", "https://matrix.example.org", "example.org")
     assert mfa.limit.local.capacity == 2 * mfa.limit.local.interval
-    enrolment = mfa.begin_totp("alice")
+    enrolment = await mfa.begin_totp("alice")
     assert enrolment.uri.startswith("otpauth://totp/example.org:alice?")
     with caplog.at_level(logging.WARNING):
         config = build_config({"server": {"host": "10.0.0.5"}}, path=str(tmp_path / "h.toml"), environ={})

@@ -71,7 +71,7 @@ class App:
 async def add_app(factors: Any, user: str) -> tuple[App, list[str]]:
     """An app added through the service (SecondFactors) as the page adds it: (the app, the
     recovery codes shown)."""
-    enrolment = factors.begin_totp(user)
+    enrolment = await factors.begin_totp(user)
     app = App.from_uri(enrolment.uri)
     added = await factors.finish_totp(user, enrolment.pending, app.code())
     return app, added.recovery_codes

@@ -41,8 +41,21 @@ redis.call('HSET', KEYS[1], 'f:' .. ARGV[1], ARGV[2], 'o:' .. ARGV[1], seq)
 return 1
 """
 
-# KEYS: the person's hash. ARGV: factor id. 1 when it was there.
+# KEYS: the person's hash. ARGV: factor id, "1" to keep one (refused, 0, when the person has
+# no app or passkey but this one). 1 when it was there and is removed.
 REMOVE = """
+if ARGV[2] == '1' then
+  local other = false
+  local all = redis.call('HGETALL', KEYS[1])
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 2) == 'f:' and string.sub(all[i], 3) ~= ARGV[1]
+        and cjson.decode(all[i + 1])['kind'] ~= 'recovery' then
+      other = true
+      break
+    end
+  end
+  if not other then return 0 end
+end
 return redis.call('HDEL', KEYS[1], 'f:' .. ARGV[1], 'o:' .. ARGV[1]) > 0 and 1 or 0
 """
 
@@ -67,6 +80,17 @@ for i = 1, #all, 2 do
 end
 local seq = redis.call('HINCRBY', KEYS[1], '#seq', 1)
 redis.call('HSET', KEYS[1], 'f:' .. ARGV[1], ARGV[2], 'o:' .. ARGV[1], seq)
+"""
+
+# KEYS: the person's hash. ARGV: the set's factor id and JSON. 0 when the person has a set.
+ADD_RECOVERY = """
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  if string.sub(all[i], 1, 2) == 'f:' and cjson.decode(all[i + 1])['kind'] == 'recovery' then return 0 end
+end
+local seq = redis.call('HINCRBY', KEYS[1], '#seq', 1)
+redis.call('HSET', KEYS[1], 'f:' .. ARGV[1], ARGV[2], 'o:' .. ARGV[1], seq)
+return 1
 """
 
 # KEYS: the person's hash. ARGV: factor id, what to change ("step", "count", "secret"), the
@@ -144,14 +168,17 @@ class RedisFactorStore(RedisPart, FactorStore):
         args: list[Any] = [factor.factor_id, factor.encode(), factor.kind, credential]
         return bool(await self.script(ADD, [self._key(factor.user)], args))
 
-    async def remove_factor(self, user: str, factor_id: str) -> bool:
-        return bool(await self.script(REMOVE, [self._key(user)], [factor_id]))
+    async def remove_factor(self, user: str, factor_id: str, *, keep_one: bool = False) -> bool:
+        return bool(await self.script(REMOVE, [self._key(user)], [factor_id, "1" if keep_one else "0"]))
 
     async def remove_all(self, user: str) -> int:
         return int(await self.script(REMOVE_ALL, [self._key(user)], []))
 
     async def set_recovery_codes(self, factor: Factor) -> None:
         await self.script(SET_RECOVERY, [self._key(factor.user)], [factor.factor_id, factor.encode()])
+
+    async def add_recovery_codes(self, factor: Factor) -> bool:
+        return bool(await self.script(ADD_RECOVERY, [self._key(factor.user)], [factor.factor_id, factor.encode()]))
 
     async def _update(self, user: str, factor_id: str, what: str, value: Any, now_ms: int = 0) -> bool:
         return bool(await self.script(UPDATE, [self._key(user)], [factor_id, what, value, now_ms]))

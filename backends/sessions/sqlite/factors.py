@@ -72,8 +72,12 @@ class SqliteFactorStore(SqlitePart, FactorStore):
 
         return await self._transaction(work)
 
-    async def remove_factor(self, user: str, factor_id: str) -> bool:
+    async def remove_factor(self, user: str, factor_id: str, *, keep_one: bool = False) -> bool:
         def work(conn: sqlite3.Connection) -> bool:
+            if keep_one and not conn.execute(
+                "SELECT 1 FROM mfa_factors WHERE user = ? AND kind != ? AND factor_id != ?", (user, RECOVERY, factor_id)
+            ).fetchone():
+                return False  # their last app or passkey
             cursor = conn.execute("DELETE FROM mfa_factors WHERE factor_id = ? AND user = ?", (factor_id, user))
             return cursor.rowcount > 0
 
@@ -90,6 +94,17 @@ class SqliteFactorStore(SqlitePart, FactorStore):
             self._insert(conn, factor)
 
         await self._transaction(work)
+
+    async def add_recovery_codes(self, factor: Factor) -> bool:
+        def work(conn: sqlite3.Connection) -> bool:
+            if conn.execute(
+                "SELECT 1 FROM mfa_factors WHERE user = ? AND kind = ?", (factor.user, RECOVERY)
+            ).fetchone():
+                return False
+            self._insert(conn, factor)
+            return True
+
+        return await self._transaction(work)
 
     async def _update(self, user: str, factor_id: str, change: Callable[[Factor], Factor | None]) -> bool:
         """Read the factor and write `change(factor)` back in one transaction; False when it is
