@@ -92,6 +92,21 @@ def test_config_errors_are_one_line(make_config, delegation_section, section, me
     assert str(info.value) == message
 
 
+@pytest.mark.parametrize("secret", ["geheimnis-\u20ac-0123456789abcdefghijkl", "geheimnis-\u00e9-0123456789abcdefghijkl",
+                                    "two words 0123456789abcdefghijklmnop"])
+def test_a_secret_synapse_cannot_read_is_refused_unsaid(make_config, delegation_section, tmp_path, secret):
+    # It travels in an Authorization header, which Synapse splits at spaces and reads as ASCII;
+    # one past Latin-1 failed at every call with the header line, the secret in it, in the log.
+    message = "delegation.secret: only visible ASCII characters, no spaces (Synapse reads it from an HTTP header)"
+    with pytest.raises(ConfigError) as info:
+        load_delegation_settings(make_config({"delegation": {**delegation_section, "secret": secret}}))
+    assert str(info.value) == message
+    (tmp_path / "s.txt").write_text(secret + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_delegation_settings(make_config({"delegation": {**delegation_section, "secret": "", "secret_file": "s.txt"}}))
+    assert str(info.value) == message.replace("delegation.secret:", f"delegation.secret_file: {tmp_path / 's.txt'}:")
+
+
 def test_config_secret_file(make_config, delegation_section, tmp_path):
     (tmp_path / "short.txt").write_text("tiny\n")
     (tmp_path / "good.txt").write_text(SECRET + "\n")
