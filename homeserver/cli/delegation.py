@@ -15,7 +15,7 @@ from homeserver.cli.stores import server_credentials, stores
 from homeserver.config import Config, load_config
 from homeserver.context import build_delegation, build_sessions, build_sweeper
 from homeserver.delegation import SynapseError, SynapseMisconfigured, SynapseRefused, load_delegation_settings
-from homeserver.delegation.sweeper import SweepBusy
+from homeserver.delegation.sweeper import SweepBusy, SweepLost
 from homeserver.devices import Devices
 from homeserver.errors import ConfigError
 from homeserver.logs import setup_cli_logging
@@ -74,7 +74,12 @@ async def sweep_all(
             sweeper = build_sweeper(delegation, Users(backend), devices, on_demand=True,
                                     deactivated_at_synapse=store.imported())
             assert sweeper is not None  # delegation is on: said above
-            report = await sweeper.sweep_now(dry_run=dry_run, allow_deactivations=allow_deactivations, out=out)
+            try:
+                report = await sweeper.sweep_now(dry_run=dry_run, allow_deactivations=allow_deactivations, out=out)
+            except SweepBusy as exc:
+                raise CommandError(str(exc)) from None
+            except SweepLost as exc:  # the session store lost it for a while, or the lease ran out
+                raise CommandError(f"the sweep stopped part-way: {exc}; the next sweep does the rest") from None
         finally:
             if delegation is not None:
                 await delegation.close()
@@ -120,8 +125,6 @@ def cmd_sync(args: argparse.Namespace) -> int:
                                         allow_deactivations=args.allow_deactivations))
     except SynapseError as exc:
         problem = str(exc)
-    except SweepBusy as exc:
-        raise CommandError(str(exc)) from None
     if problem is not None:
         print(f"homeserver: error: Synapse did not take it: {problem}", file=sys.stderr)
         return 1
