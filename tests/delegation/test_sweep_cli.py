@@ -114,3 +114,15 @@ async def test_a_sweep_kept_waiting_by_another_is_one_error_line(config, synapse
     assert str(info.value) == "another process is sweeping the user store; try again when it is done"
     assert lines == ["Another process is sweeping the user store; waiting for it to finish."]
     assert synapse.calls == []
+
+
+async def test_a_dry_run_goes_beside_a_running_servers_sweep(config, synapse, session_store, short_lease):
+    # It changes nothing, so it takes no lease: it neither waits for the server's sweep nor holds
+    # one back (the server may be mid-sweep, or due to start one).
+    state = session_store.delegation()
+    assert await state.claim_sweep("the server", 60_000, None)
+    lines: list[str] = []
+    assert await delegation_cli.sweep_all(config, lines.append, dry_run=True) is None
+    assert lines[-1].startswith("directory sweep (dry run): 5 users in the user store: 5 to provision (5 new), ")
+    assert synapse.calls == []
+    assert await state.renew_sweep("the server", 60_000)  # still the server's
