@@ -9,6 +9,10 @@ from collections.abc import Collection
 # The digest kept for a user the directory sweep deactivated at Synapse (they left the user
 # store): whoever provisions them next (the sweep, a login) reactivates them first.
 DEACTIVATED = "deactivated"
+# The digest kept while the sweep asks Synapse to deactivate a user: until Synapse answers, the
+# outcome is unknown (an answer lost to a timeout, the process stopped), so the next sweep asks
+# again if they are still missing, and whoever provisions them reactivates them first.
+DEACTIVATING = "deactivating"
 
 
 class DelegationState(abc.ABC):
@@ -29,7 +33,7 @@ class DelegationState(abc.ABC):
     @abc.abstractmethod
     async def provisioned(self, user: str) -> str | None:
         """The digest of the profile last provisioned at Synapse for the user (DEACTIVATED
-        once the sweep deactivated them); None if never."""
+        once the sweep deactivated them, DEACTIVATING while it asks); None if never."""
 
     @abc.abstractmethod
     async def set_provisioned(self, user: str, digest: str) -> None:

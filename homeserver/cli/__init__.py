@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"homeserver: error: {exc}", file=sys.stderr)
         return 1
     except StoreUnavailable as exc:
-        print(f"homeserver: error: user store unavailable: {exc}", file=sys.stderr)
+        print(f"homeserver: error: {exc.store} unavailable: {exc}", file=sys.stderr)  # the user or the session store
         return 1
     except StoreDataError as exc:
         print(f"homeserver: error: {exc}", file=sys.stderr)

@@ -14,17 +14,21 @@ from homeserver.cli.common import Command, CommandError
 from homeserver.cli.stores import server_credentials, stores
 from homeserver.config import Config, load_config
 from homeserver.context import build_delegation, build_sessions, build_sweeper
-from homeserver.delegation import SynapseError, load_delegation_settings
-from homeserver.delegation.sweeper import SweepBusy
+from homeserver.delegation import SynapseError, SynapseMisconfigured, SynapseRefused, load_delegation_settings
+from homeserver.delegation.sweeper import SweepBusy, SweepLost
 from homeserver.devices import Devices
 from homeserver.errors import ConfigError
 from homeserver.logs import setup_cli_logging
 from homeserver.names import user_id
 from homeserver.users import Users
 
+REFUSED = "refused"  # `delegation sync`: a user Synapse refused
 
-async def sync_all(config: Config, out: Callable[[str], None]) -> None:
-    """Provision every user with a session (or a pending resync) and sync their devices; one line each."""
+
+async def sync_all(config: Config, out: Callable[[str], None]) -> int:
+    """Provision every user with a session (or a pending resync) and sync their devices; one line
+    each; how many users Synapse refused (a name it does not take, say: said on their line, their
+    resync kept, the others synced all the same)."""
     if load_delegation_settings(config) is None:
         raise ConfigError("delegation.enabled: delegation is off in this config; nothing to sync")
     server_name = config.get("server", "server_name")
@@ -37,13 +41,21 @@ async def sync_all(config: Config, out: Callable[[str], None]) -> None:
             counts: dict[str, int] = {}
             for name in names:
                 user = await users.get(name)
-                done, devices = await delegation.sync_user(name, user)
+                try:
+                    done, devices = await delegation.sync_user(name, user)
+                except SynapseMisconfigured:
+                    raise  # a wrong secret, no API: every user alike
+                except SynapseRefused as exc:
+                    counts[REFUSED] = counts.get(REFUSED, 0) + 1
+                    out(f"{user_id(name, server_name)}: refused by Synapse: {exc}")
+                    continue
                 counts[done] = counts.get(done, 0) + 1
                 what = done if user is None else f"{done} at Synapse"
                 out(f"{user_id(name, server_name)}: {what}; devices with a session here: {' '.join(devices) or 'none'}")
             out(sync_summary(len(names), counts))
         finally:
             await delegation.close()
+    return counts.get(REFUSED, 0)
 
 
 async def sweep_all(
@@ -62,7 +74,12 @@ async def sweep_all(
             sweeper = build_sweeper(delegation, Users(backend), devices, on_demand=True,
                                     deactivated_at_synapse=store.imported())
             assert sweeper is not None  # delegation is on: said above
-            report = await sweeper.sweep_now(dry_run=dry_run, allow_deactivations=allow_deactivations, out=out)
+            try:
+                report = await sweeper.sweep_now(dry_run=dry_run, allow_deactivations=allow_deactivations, out=out)
+            except SweepBusy as exc:
+                raise CommandError(str(exc)) from None
+            except SweepLost as exc:  # the session store lost it for a while, or the lease ran out
+                raise CommandError(f"the sweep stopped part-way: {exc}; the next sweep does the rest") from None
         finally:
             if delegation is not None:
                 await delegation.close()
@@ -78,7 +95,7 @@ def sync_summary(users: int, counts: dict[str, int]) -> str:
     if not users:
         return "No user has a session here: nothing to sync."
     done = ", ".join(f"{counts[word]} {word}" for word in ("created", "updated", "reactivated", "unchanged",
-                                                                     "not in the user store")
+                                                                     "not in the user store", REFUSED)
                      if counts.get(word))
     return (
         f"Synapse has the users and devices of the sessions here: {users} user{'s' if users != 1 else ''} "
@@ -99,14 +116,15 @@ def cmd_sync(args: argparse.Namespace) -> int:
     out = lambda line: print(line, flush=True)  # noqa: E731
     try:
         if not args.all:
-            asyncio.run(sync_all(config, out))
-            return 0
+            refused = asyncio.run(sync_all(config, out))
+            if refused:
+                print(f"homeserver: error: Synapse refused {refused} user{'s' * (refused != 1)} (said above)",
+                      file=sys.stderr)
+            return 1 if refused else 0
         problem = asyncio.run(sweep_all(config, out, dry_run=args.dry_run,
                                         allow_deactivations=args.allow_deactivations))
     except SynapseError as exc:
         problem = str(exc)
-    except SweepBusy as exc:
-        raise CommandError(str(exc)) from None
     if problem is not None:
         print(f"homeserver: error: Synapse did not take it: {problem}", file=sys.stderr)
         return 1

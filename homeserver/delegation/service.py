@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from backends.base import StoreUnavailable, User
-from backends.sessions.delegation import DEACTIVATED, DelegationState
+from backends.sessions.delegation import DEACTIVATED, DEACTIVATING, DelegationState
 from homeserver import audit
 from homeserver.delegation.locks import KeyedLocks
 from homeserver.delegation.provisioning import (
@@ -178,7 +178,7 @@ class Delegation:
         the lock alone sends only the lock: the profile (and the rooms' member events) stay
         untouched at Synapse. Raises SynapseError (StoreUnavailable for the digest)."""
         digest = digest or profile_digest(user)
-        if told == DEACTIVATED:
+        if told in (DEACTIVATED, DEACTIVATING):
             await self.reactivate(user.name)
             await self._provision(user, digest)
             return "reactivated"
@@ -225,7 +225,12 @@ class Delegation:
 
     async def deactivate(self, name: str, reason: str) -> None:
         """Deactivate the user at Synapse (`erase: false`) and remember it, so whoever
-        provisions them next reactivates them first (an audit line). Raises SynapseError."""
+        provisions them next reactivates them first (an audit line). Raises SynapseError.
+
+        DEACTIVATING is kept before Synapse is asked: a deactivation Synapse made whose answer
+        was lost (a timeout) or never waited for (the process stopped) is still reactivated
+        when they come back, and asked again while they stay away."""
+        await self.state.set_provisioned(name, DEACTIVATING)
         try:
             await self.client.deactivate_user(name)
         except SynapseNotFound:

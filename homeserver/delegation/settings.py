@@ -9,6 +9,14 @@ from homeserver.config import Config
 from homeserver.errors import ConfigError
 
 MIN_SECRET_BYTES = 32
+# Synapse reads the secret from `Authorization: Bearer <secret>`, split at spaces and decoded
+# as ASCII; and an HTTP header carries no more than Latin-1 (a secret past it failed every
+# call with the header line in the error, the secret in the log).
+SECRET_CHARACTERS = "only visible ASCII characters, no spaces (Synapse reads it from an HTTP header)"
+
+
+def readable_by_synapse(secret: str) -> bool:
+    return secret.isascii() and secret.isprintable() and " " not in secret
 
 
 @dataclass(frozen=True)
@@ -38,10 +46,14 @@ def load_delegation_settings(config: Config) -> DelegationSettings | None:
     if secret_file:
         path = config.resolve_path(secret_file)
         secret = read_secret_file("delegation.secret_file", path, min_bytes=MIN_SECRET_BYTES)
+        if not readable_by_synapse(secret):
+            raise ConfigError(f"delegation.secret_file: {path}: {SECRET_CHARACTERS}")
     elif not secret:
         raise ConfigError("delegation.secret: needed when delegation.enabled is true (or delegation.secret_file)")
     elif len(secret.encode("utf-8")) < MIN_SECRET_BYTES:
         raise ConfigError(f"delegation.secret: must be at least {MIN_SECRET_BYTES} bytes")
+    elif not readable_by_synapse(secret):
+        raise ConfigError(f"delegation.secret: {SECRET_CHARACTERS}")
     return DelegationSettings(
         synapse_url=url,
         secret=secret,

@@ -37,7 +37,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from backends.base import StoreIncomplete, StoreUnavailable, User
-from backends.sessions.delegation import DEACTIVATED
+from backends.sessions.delegation import DEACTIVATED, DEACTIVATING
 from homeserver.delegation.provisioning import profile_digest
 from homeserver.delegation.service import Delegation
 from homeserver.delegation.sweep_report import INCOMPLETE, SHRUNK, SweepReport
@@ -183,7 +183,7 @@ class DirectorySweep:
             await asyncio.sleep(0)  # the loop serves requests between batches
 
     async def _provision_one(self, user: User, previous: str | None, digest: str, report: SweepReport) -> None:
-        action = "reactivate" if previous == DEACTIVATED else "create" if previous is None else "update"
+        action = "reactivate" if previous in (DEACTIVATED, DEACTIVATING) else "create" if previous is None else "update"
         if report.dry_run:
             self._count(report, {"reactivate": "reactivated", "create": "created"}.get(action, "updated"))
             report.say(f"{self._id(user.name)}: would {action} at Synapse")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -12,6 +14,9 @@ from homeserver import context
 from homeserver.cli import stores as cli_stores
 from homeserver.config import build_config
 from homeserver.errors import ConfigError
+from tests.support.helpers import JWT_SECRET
+from tests.support.redis_servers import free_port
+from tests.support.servers import ROOT
 
 
 @pytest.fixture
@@ -79,3 +84,17 @@ async def test_a_backend_not_started_is_closed_too(cli_config, closed):
     async with cli_stores.user_backend(cli_config, start=False) as backend:
         assert await backend.get_user("ann") is None  # not loaded: adding and locking write without reading all
     assert closed == ["backend"]
+
+
+def test_a_session_store_that_cannot_be_reached_is_named_as_such(tmp_path):
+    # Not "user store unavailable": the operator would look at the users file, not at Redis.
+    port = free_port()  # nothing listens there
+    (tmp_path / "users.json").write_text(json.dumps({"users": []}))
+    config = tmp_path / "hs.toml"
+    config.write_text(f'[auth]\njwt_secret = "{JWT_SECRET}"\n[backend.file]\npath = "users.json"\n'
+                      f'[sessions]\nstore = "redis"\n[sessions.redis]\nurl = "redis://127.0.0.1:{port}/0"\n')
+    done = subprocess.run([sys.executable, "run.py", "--config", str(config), "sessions", "list", "ann"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1].startswith(
+        f"homeserver: error: session store unavailable: Redis (127.0.0.1:{port}): "), done.stderr

@@ -23,7 +23,7 @@ from homeserver.delegation.introspection import introspect as run_introspection
 from homeserver.errors import ConfigError
 from homeserver.sessions import token_digest
 from tests.support.delegation_fakes import SECRET
-from tests.support.helpers import JWT_SECRET, assert_error, assert_json, record
+from tests.support.helpers import DEFAULT_USERS, JWT_SECRET, assert_error, assert_json, record
 from tests.support.openapi import validate
 from tests.support.servers import ROOT
 
@@ -90,6 +90,21 @@ def test_config_errors_are_one_line(make_config, delegation_section, section, me
     with pytest.raises(ConfigError) as info:
         load_delegation_settings(config)
     assert str(info.value) == message
+
+
+@pytest.mark.parametrize("secret", ["geheimnis-\u20ac-0123456789abcdefghijkl", "geheimnis-\u00e9-0123456789abcdefghijkl",
+                                    "two words 0123456789abcdefghijklmnop"])
+def test_a_secret_synapse_cannot_read_is_refused_unsaid(make_config, delegation_section, tmp_path, secret):
+    # It travels in an Authorization header, which Synapse splits at spaces and reads as ASCII;
+    # one past Latin-1 failed at every call with the header line, the secret in it, in the log.
+    message = "delegation.secret: only visible ASCII characters, no spaces (Synapse reads it from an HTTP header)"
+    with pytest.raises(ConfigError) as info:
+        load_delegation_settings(make_config({"delegation": {**delegation_section, "secret": secret}}))
+    assert str(info.value) == message
+    (tmp_path / "s.txt").write_text(secret + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_delegation_settings(make_config({"delegation": {**delegation_section, "secret": "", "secret_file": "s.txt"}}))
+    assert str(info.value) == message.replace("delegation.secret:", f"delegation.secret_file: {tmp_path / 's.txt'}:")
 
 
 def test_config_secret_file(make_config, delegation_section, tmp_path):
@@ -635,6 +650,29 @@ async def test_cli_delegation_sync(tmp_path, synapse, login, session_store, user
     await synapse.stop()
     code, out, err = await run_py(tmp_path, synapse, users_path, "delegation", "sync")
     assert code == 1 and err.startswith("homeserver: error: Synapse did not take it: query_user: ") and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("user_records", [[*map(dict, DEFAULT_USERS), record("Carol", "secret", "-c")]])
+async def test_cli_delegation_sync_goes_on_past_a_user_synapse_refuses(tmp_path, synapse, login, fetch, session_store,
+                                                                     users_path, user_records):
+    await login(device_id="PHONE")
+    await login("bob", "builder", device_id="DESK")
+    body = {"type": "m.login.password", "user": "Carol", "password": "secret"}
+    assert_error(await fetch(LOGIN, "POST", json_body=body), 503, "M_UNKNOWN")  # marked for a resync
+    synapse.users.clear()
+    synapse.devices.clear()
+    code, out, err = await run_py(tmp_path, synapse, users_path, "delegation", "sync")
+    # "Carol" sorts first: the others are synced all the same, the refusal said on its line.
+    assert out.splitlines() == [
+        "@Carol:localhost: refused by Synapse: provision_user: 400 M_INVALID_USERNAME User ID may not contain "
+        "upper-case letters",
+        "@alice:localhost: created at Synapse; devices with a session here: PHONE",
+        "@bob:localhost: created at Synapse; devices with a session here: DESK",
+        "Synapse has the users and devices of the sessions here: 3 users (2 created, 1 refused).",
+    ]
+    assert (code, err) == (1, "homeserver: error: Synapse refused 1 user (said above)\n")
+    assert synapse.devices == {"alice": {"PHONE": None}, "bob": {"DESK": None}}
+    assert set(await session_store.delegation().resyncs()) == {"Carol"}  # not done: kept
 
 
 def test_a_server_starts_before_synapse_and_says_so(start):

@@ -17,6 +17,7 @@ from backends.sessions.imported import ImportBatch
 from homeserver.delegation.provisioning import profile_digest
 from homeserver.delegation.sweep import BATCH
 from homeserver.delegation.sweeper import SweepLost
+from homeserver.delegation.synapse import SynapseUnreachable
 from tests.delegation.test_delegation import edit_users
 from tests.support.helpers import DEFAULT_USERS, assert_error, record
 
@@ -113,6 +114,37 @@ async def test_a_leaver_is_signed_out_at_once_and_deactivated_then_reactivated_o
     assert 'audit reactivate user="carol" reason="back in the user store"' in caplog.text
     # Her session ended with her leaving: her old token stays refused.
     assert_error(await fetch("/_matrix/client/v3/account/whoami", token=token), 401, "M_UNKNOWN_TOKEN")
+
+
+@pytest.mark.parametrize("back", [True, False])
+async def test_a_deactivation_whose_answer_was_lost_is_made_good_by_the_next_sweep(
+    hs, synapse, users_path, user_records, monkeypatch, back
+):
+    await sweep(hs)
+    remove(users_path, "carol")
+    client = hs.delegation.client
+    deactivate = client.deactivate_user
+
+    async def done_but_unanswered(localpart: str) -> None:  # Synapse took its time; we gave up waiting
+        await deactivate(localpart)
+        raise SynapseUnreachable("delete_user: HTTP 599: Timeout during request")
+
+    monkeypatch.setattr(client, "deactivate_user", done_but_unanswered)
+    report = await sweep(hs)
+    assert synapse.users["carol"]["deactivated"] is True and (report.deactivated, report.failed) == (0, 1)
+    monkeypatch.setattr(client, "deactivate_user", deactivate)
+    calls = len(synapse.calls)
+    if back:  # back before the next sweep: reactivated (before, she stayed deactivated there for good)
+        restore(users_path, user_records, "carol")
+        report = await sweep(hs)
+        assert [name for name, _ in synapse.calls[calls:]] == ["reactivate_user", "provision_user"]
+        assert synapse.users["carol"]["deactivated"] is False and report.reactivated == 1
+        assert await hs.delegation.state.provisioned("carol") == profile_digest(await hs.users.get("carol"))
+    else:  # still gone: deactivated again, then left alone
+        report = await sweep(hs)
+        assert synapse.calls[calls:] == [("delete_user", {"localpart": "carol", "erase": False})]
+        assert report.deactivated == 1 and await hs.delegation.state.provisioned("carol") == DEACTIVATED
+    assert await hs.delegation.state.missing() == {}
 
 
 @pytest.mark.parametrize("sweep_section", [{"deactivate_after": 3600.0}])

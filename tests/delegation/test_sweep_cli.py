@@ -3,8 +3,12 @@ store now, from the command line, on a server's stores, against the fake Synapse
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+from homeserver.cli import delegation as delegation_cli
+from homeserver.cli.common import CommandError
 from tests.delegation.test_delegation import (  # noqa: F401  (fixtures)
     config_overrides,
     delegated,
@@ -71,3 +75,54 @@ async def test_the_sweeps_flags_need_all(tmp_path, synapse, session_store, users
     assert (code, out) == (1, "")
     assert err == "homeserver: error: --dry-run and --allow-deactivations go with --all (a sweep of the whole " \
                   "user store)\n"
+
+
+
+@pytest.fixture
+def short_lease(monkeypatch):
+    """The command's sweepers, each with a lease of 0.3 s (renewed every 0.1 s; waited for as long)."""
+    made, build = [], delegation_cli.build_sweeper
+
+    def build_sweeper(*args, **kwargs):
+        sweeper = build(*args, **kwargs)
+        sweeper.lease_ttl = 0.3
+        made.append(sweeper)
+        return sweeper
+
+    monkeypatch.setattr(delegation_cli, "build_sweeper", build_sweeper)
+    return made
+
+
+async def test_a_sweep_that_loses_its_lease_is_one_error_line(config, synapse, session_store, short_lease):
+    synapse.mode = "hang"  # Synapse keeps the sweep waiting while another process takes its lease
+    task = asyncio.ensure_future(delegation_cli.sweep_all(config, lambda line: None))
+    while not short_lease:
+        await asyncio.sleep(0.01)
+    state = session_store.delegation()
+    await state.release_sweep(short_lease[0].holder)
+    assert await state.claim_sweep("another process", 60_000, None)
+    with pytest.raises(CommandError) as info:  # run.py's one error line, exit status 1; not a traceback
+        await task
+    assert str(info.value) == "the sweep stopped part-way: another process took its lease; the next sweep does the rest"
+
+
+async def test_a_sweep_kept_waiting_by_another_is_one_error_line(config, synapse, session_store, short_lease):
+    assert await session_store.delegation().claim_sweep("another process", 60_000, None)
+    lines: list[str] = []
+    with pytest.raises(CommandError) as info:
+        await delegation_cli.sweep_all(config, lines.append)
+    assert str(info.value) == "another process is sweeping the user store; try again when it is done"
+    assert lines == ["Another process is sweeping the user store; waiting for it to finish."]
+    assert synapse.calls == []
+
+
+async def test_a_dry_run_goes_beside_a_running_servers_sweep(config, synapse, session_store, short_lease):
+    # It changes nothing, so it takes no lease: it neither waits for the server's sweep nor holds
+    # one back (the server may be mid-sweep, or due to start one).
+    state = session_store.delegation()
+    assert await state.claim_sweep("the server", 60_000, None)
+    lines: list[str] = []
+    assert await delegation_cli.sweep_all(config, lines.append, dry_run=True) is None
+    assert lines[-1].startswith("directory sweep (dry run): 5 users in the user store: 5 to provision (5 new), ")
+    assert synapse.calls == []
+    assert await state.renew_sweep("the server", 60_000)  # still the server's
