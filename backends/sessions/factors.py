@@ -132,9 +132,11 @@ class FactorStore(abc.ABC):
 
     @abc.abstractmethod
     async def remove_factor(self, user: str, factor_id: str, *, keep_one: bool = False) -> bool:
-        """Forget one factor of the person; False when there was none. With `keep_one` (a
-        person who must have a second factor), also False, and nothing changed, when they
-        have no app or passkey but this one: of two removals at once, one can pass."""
+        """Forget one factor of the person; False when there was none. With their last app or
+        passkey, their recovery codes go in the same step (of a removal and an add at once,
+        the person keeps a factor and codes, or has neither). With `keep_one` (a person who
+        must have a second factor), also False, and nothing changed, when they have no app or
+        passkey but this one: of two removals at once, one can pass."""
 
     @abc.abstractmethod
     async def remove_all(self, user: str) -> int:
@@ -147,9 +149,10 @@ class FactorStore(abc.ABC):
 
     @abc.abstractmethod
     async def add_recovery_codes(self, factor: Factor) -> bool:
-        """Keep `factor` (kind RECOVERY) as the person's recovery codes if they have none; False,
-        and nothing changed, when they have a set (of two first factors added at once, the
-        codes of one are kept, and shown)."""
+        """Keep `factor` (kind RECOVERY) as the person's recovery codes if they have none and
+        have an app or passkey; False, and nothing changed, when they have a set (of two first
+        factors added at once, the codes of one are kept, and shown) or no factor (removed in
+        the meantime: no codes without one)."""
 
     @abc.abstractmethod
     async def accept_totp_step(self, user: str, factor_id: str, step: int, now_ms: int) -> bool:

@@ -234,7 +234,7 @@ class SecondFactors:
         audit(FACTOR_ADDED, user=factor.user, reason=factor.kind)
         codes = recovery.new_codes()
         if not await self.store.add_recovery_codes(self._recovery_codes(factor.user, codes)):
-            codes = []  # they have a set: it stays
+            codes = []  # they have a set: it stays (or the factor was removed meanwhile: none)
         return Added(factor, codes)
 
     # -- adding a passkey ---------------------------------------------------------------------
@@ -278,18 +278,15 @@ class SecondFactors:
 
     async def remove(self, user: str, factor_id: str, *, keep_one: bool = False) -> bool:
         """Remove one of the person's apps or passkeys; with the last of them, the recovery codes
-        go too. False when they have no such factor. `keep_one`: the person must have a second
-        factor (mfa.policy), and LastFactor is raised for their last app or passkey, decided in
-        the store's one step, so of two removals at once, one passes."""
+        go too, in the same store step (an app added meanwhile gets codes of its own, not none).
+        False when they have no such factor. `keep_one`: the person must have a second factor
+        (mfa.policy), and LastFactor is raised for their last app or passkey, decided in the
+        store's one step, so of two removals at once, one passes."""
         if not await self.store.remove_factor(user, factor_id, keep_one=keep_one):
             if keep_one and await self.store.factor(user, factor_id) is not None:
                 raise LastFactor(f"{user}'s last second factor")
             return False
         audit(FACTOR_REMOVED, user=user)
-        left = await self.store.factors(user)
-        if not any(f.kind != RECOVERY for f in left):
-            for factor in left:
-                await self.store.remove_factor(user, factor.factor_id)
         return True
 
     def _recovery_codes(self, user: str, codes: list[str]) -> Factor:

@@ -52,6 +52,9 @@ class MemoryFactorStore(FactorStore):
         ):
             return False
         del self._factors[factor_id]
+        if not any(f.user == user and f.kind != RECOVERY for f in self._factors.values()):
+            for key in [k for k, f in self._factors.items() if f.user == user]:
+                del self._factors[key]
         return True
 
     async def remove_all(self, user: str) -> int:
@@ -69,7 +72,8 @@ class MemoryFactorStore(FactorStore):
 
     async def add_recovery_codes(self, factor: Factor) -> bool:
         self._up()
-        if any(f.user == factor.user and f.kind == RECOVERY for f in self._factors.values()):
+        mine = [f for f in self._factors.values() if f.user == factor.user]
+        if any(f.kind == RECOVERY for f in mine) or not mine:
             return False
         self._factors[factor.factor_id] = factor
         return True

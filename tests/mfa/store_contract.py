@@ -74,6 +74,18 @@ class FactorStoreContract:
         assert sorted(results) == [False, True]
         assert len(await factor_store.factors("carol")) == 1
 
+    async def test_the_last_app_or_passkey_takes_the_recovery_codes_with_it(self, factor_store):
+        for factor in (app(), key(), codes()):
+            await factor_store.add_factor(factor)
+        assert await factor_store.remove_factor("alice", "t1")
+        assert [f.factor_id for f in await factor_store.factors("alice")] == ["p1", "r1"]
+        assert await factor_store.remove_factor("alice", "p1")  # the last: the codes go in the same step
+        assert await factor_store.factors("alice") == []
+        await factor_store.add_factor(app(user="bob", factor_id="b1"))
+        await factor_store.add_factor(codes(user="bob", factor_id="b2"))
+        assert await factor_store.remove_factor("bob", "b2")  # the codes alone
+        assert [f.factor_id for f in await factor_store.factors("bob")] == ["b1"]
+
     async def test_a_totp_step_is_accepted_once_and_only_forwards(self, factor_store):
         await factor_store.add_factor(app(last_step=100))
         assert not await factor_store.accept_totp_step("alice", "t1", 100, NOW + 1)
@@ -131,14 +143,17 @@ class FactorStoreContract:
         await factor_store.add_factor(app())
         assert await factor_store.add_recovery_codes(codes())
         assert not await factor_store.add_recovery_codes(codes(factor_id="r2", hashes=("n1",)))
+        assert not await factor_store.add_recovery_codes(codes(user="bob", factor_id="r3"))  # no app nor passkey
+        await factor_store.add_factor(key(user="bob", factor_id="b1"))
         assert await factor_store.add_recovery_codes(codes(user="bob", factor_id="r3"))
+        await factor_store.add_factor(app(user="carol", factor_id="c"))
         assert [(f.factor_id, f.code_hashes) for f in await factor_store.factors("alice")][1:] == [
             ("r1", ("h1", "h2", "h3"))]
         results = await asyncio.gather(
             *(factor_store.add_recovery_codes(codes(user="carol", factor_id=f"c{i}")) for i in range(8))
         )
         assert sorted(results) == [False] * 7 + [True]
-        assert len(await factor_store.factors("carol")) == 1
+        assert len(await factor_store.factors("carol")) == 2
 
     async def test_a_challenge_is_taken_once_and_not_after_it_expires(self, factor_store):
         # Against the store's clock now (NOW was taken at import, minutes ago in a long run).

@@ -85,3 +85,53 @@ async def test_of_removals_at_once_that_must_keep_one_one_is_refused(servers):
     bobs = [f.factor_id for f in await one.factors("bob") if f.kind == TOTP]
     assert await asyncio.gather(one.remove("bob", bobs[0]), two.remove("bob", bobs[1])) == [True, True]
     assert await one.factors("bob") == []
+
+
+async def test_the_only_factor_removed_while_another_is_added_leaves_codes_that_work(servers):
+    """Alice removes her only app on one process while adding another on the other, the add
+    coming in as the removal has taken the app out (before it took the codes): she keeps the
+    new app, with recovery codes, and they are the ones the adding page showed."""
+    one, two = servers
+    enrolment = await one.begin_totp("alice")
+    await one.finish_totp("alice", enrolment.pending, App(enrolment.secret).code())
+    (only,) = [f.factor_id for f in await one.factors("alice") if f.kind == TOTP]
+    tab = await two.begin_totp("alice")
+    removal_read, codes_tried = asyncio.Event(), asyncio.Event()
+    reads, removals = one.store.factors, one.store.remove_factor
+    add_factor, add_codes = two.store.add_factor, two.store.add_recovery_codes
+
+    async def read(user):
+        found = await reads(user)
+        removal_read.set()
+        return found
+
+    async def remove(user, factor_id, **keep):
+        if removal_read.is_set():  # the codes, after the read: once the add has tried to add its own
+            await codes_tried.wait()
+        return await removals(user, factor_id, **keep)
+
+    async def adding(factor):
+        await removal_read.wait()
+        return await add_factor(factor)
+
+    async def codes(factor):
+        try:
+            return await add_codes(factor)
+        finally:
+            codes_tried.set()
+
+    async def removing():
+        try:
+            return await one.remove("alice", only)
+        finally:
+            removal_read.set()  # a removal in one step reads nothing after it
+
+    one.store.factors, one.store.remove_factor = read, remove
+    two.store.add_factor, two.store.add_recovery_codes = adding, codes
+    removed, added = await asyncio.gather(removing(), two.finish_totp("alice", tab.pending, App(tab.secret).code()))
+    assert removed is True
+    kept = await two.factors("alice")
+    assert sorted(f.kind for f in kept) == [RECOVERY, TOTP], kept
+    assert len(added.recovery_codes) == 10
+    passed = await one.check_code("alice", added.recovery_codes[0])
+    assert (passed.kind, passed.recovery_left) == (RECOVERY, 9)

@@ -42,21 +42,26 @@ return 1
 """
 
 # KEYS: the person's hash. ARGV: factor id, "1" to keep one (refused, 0, when the person has
-# no app or passkey but this one). 1 when it was there and is removed.
+# no app or passkey but this one). 1 when it was there and is removed; with the person's last
+# app or passkey, their recovery codes (the whole hash) go too.
 REMOVE = """
-if ARGV[2] == '1' then
-  local other = false
-  local all = redis.call('HGETALL', KEYS[1])
-  for i = 1, #all, 2 do
-    if string.sub(all[i], 1, 2) == 'f:' and string.sub(all[i], 3) ~= ARGV[1]
-        and cjson.decode(all[i + 1])['kind'] ~= 'recovery' then
-      other = true
-      break
-    end
+if redis.call('HEXISTS', KEYS[1], 'f:' .. ARGV[1]) == 0 then return 0 end
+local other = false
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  if string.sub(all[i], 1, 2) == 'f:' and string.sub(all[i], 3) ~= ARGV[1]
+      and cjson.decode(all[i + 1])['kind'] ~= 'recovery' then
+    other = true
+    break
   end
-  if not other then return 0 end
 end
-return redis.call('HDEL', KEYS[1], 'f:' .. ARGV[1], 'o:' .. ARGV[1]) > 0 and 1 or 0
+if not other then
+  if ARGV[2] == '1' then return 0 end
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+redis.call('HDEL', KEYS[1], 'f:' .. ARGV[1], 'o:' .. ARGV[1])
+return 1
 """
 
 # KEYS: the person's hash. How many factors there were.
@@ -82,12 +87,18 @@ local seq = redis.call('HINCRBY', KEYS[1], '#seq', 1)
 redis.call('HSET', KEYS[1], 'f:' .. ARGV[1], ARGV[2], 'o:' .. ARGV[1], seq)
 """
 
-# KEYS: the person's hash. ARGV: the set's factor id and JSON. 0 when the person has a set.
+# KEYS: the person's hash. ARGV: the set's factor id and JSON. 0 when the person has a set,
+# or no app nor passkey.
 ADD_RECOVERY = """
 local all = redis.call('HGETALL', KEYS[1])
+local factor = false
 for i = 1, #all, 2 do
-  if string.sub(all[i], 1, 2) == 'f:' and cjson.decode(all[i + 1])['kind'] == 'recovery' then return 0 end
+  if string.sub(all[i], 1, 2) == 'f:' then
+    if cjson.decode(all[i + 1])['kind'] == 'recovery' then return 0 end
+    factor = true
+  end
 end
+if not factor then return 0 end
 local seq = redis.call('HINCRBY', KEYS[1], '#seq', 1)
 redis.call('HSET', KEYS[1], 'f:' .. ARGV[1], ARGV[2], 'o:' .. ARGV[1], seq)
 return 1

@@ -79,7 +79,11 @@ class SqliteFactorStore(SqlitePart, FactorStore):
             ).fetchone():
                 return False  # their last app or passkey
             cursor = conn.execute("DELETE FROM mfa_factors WHERE factor_id = ? AND user = ?", (factor_id, user))
-            return cursor.rowcount > 0
+            if cursor.rowcount == 0:
+                return False
+            if not conn.execute("SELECT 1 FROM mfa_factors WHERE user = ? AND kind != ?", (user, RECOVERY)).fetchone():
+                conn.execute("DELETE FROM mfa_factors WHERE user = ?", (user,))  # the codes go with the last
+            return True
 
         return await self._transaction(work)
 
@@ -99,8 +103,10 @@ class SqliteFactorStore(SqlitePart, FactorStore):
         def work(conn: sqlite3.Connection) -> bool:
             if conn.execute(
                 "SELECT 1 FROM mfa_factors WHERE user = ? AND kind = ?", (factor.user, RECOVERY)
+            ).fetchone() or not conn.execute(
+                "SELECT 1 FROM mfa_factors WHERE user = ? AND kind != ?", (factor.user, RECOVERY)
             ).fetchone():
-                return False
+                return False  # they have a set, or no app nor passkey
             self._insert(conn, factor)
             return True
 
