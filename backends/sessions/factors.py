@@ -24,10 +24,12 @@ WEBAUTHN: Final = "webauthn"
 RECOVERY: Final = "recovery"
 KINDS: tuple[FactorKind, ...] = (TOTP, WEBAUTHN, RECOVERY)
 
-# What a challenge was made for: adding a passkey, or the sign-in's second step with one.
-ChallengePurpose = Literal["register", "authenticate"]
+# What a challenge was made for: adding a passkey, or the sign-in's second step with one; or
+# the pending sign-in itself (homeserver.mfa.second_step), taken once when it is finished.
+ChallengePurpose = Literal["register", "authenticate", "sign_in"]
 REGISTER: Final = "register"
 AUTHENTICATE: Final = "authenticate"
+SIGN_IN: Final = "sign_in"
 
 _BYTES_FIELDS = ("sealed_secret", "credential_id", "public_key")
 

@@ -235,7 +235,7 @@ class PageHandler(ServerHandler):
             raise page_error(exc) from None
         step = self.hs.second_step
         if step is not None and await step.needed(user):
-            pending = step.begin(user, then, reason)
+            pending = await step.begin(user, then, reason)
             self.set_signed_cookie(second_step.COOKIE, pending.encode(), max_age=step.lifetime)
             if self.get_cookie(page.COOKIE):
                 self.clear_cookie(page.COOKIE)  # whoever was signed in here is not any more

@@ -6,9 +6,11 @@ password, found that the person needs a second step (homeserver.mfa.policy), lef
 sign-in (its signed cookie) and sent the browser here with `then`, the page it came from.
 GET shows one form with one text input (a code of their app or a recovery code) and, for a
 person with a passkey, a passkey button; for a person who must have a factor and has none,
-the forms adding one (an authenticator app, a passkey). POST (XSRF checked) checks what was
-given (the service counts wrong codes per person and refuses a replay), opens the browser
-session marked with the factor passed, and sends the person back to `then`.
+the forms adding one (an authenticator app, a passkey). POST (XSRF checked) takes the pending
+sign-in (once: a second POST at once, or later, is sent back to `then` without a session),
+checks what was given (the service counts wrong codes per person and refuses a replay; when
+it does not pass, the sign-in is pending again), opens the browser session marked with the
+factor passed, and sends the person back to `then`.
 """
 
 from __future__ import annotations
@@ -133,9 +135,17 @@ class SecondStepHandler(PageHandler):
         then = self.get_body_argument("then", "")
         user, pending = self.pending_user, self.pending
         if user is None or pending is None:
-            self.gone(then, 401)
+            self.gone(then, 200 if self.user is not None else 401)  # signed in (sent twice): go on
             return
         target = step.then(pending, then)
+        taken = await step.take(pending)
+        if taken is None:
+            # Finished already, or being finished, by another request of this browser (a double
+            # click, a second tab): no second session; back where it began, signed in or not.
+            self.clear_cookie(second_step.COOKIE)
+            logger.info("%s: %s's second step was sent again; it is taken already", pending.reason, user.name)
+            self.redirect(target, status=303)
+            return
         op = self.get_body_argument("op", "")
         factors = step.factors
         enrolment: TotpEnrolment | None = None
@@ -164,6 +174,7 @@ class SecondStepHandler(PageHandler):
         else:
             await self.through(step, user, pending.reason, outcome, target)
             return
+        await step.give_back(taken)
         await self.show(step, user, target, problem=problem, enrolment=enrolment)
 
     async def add(self, step: SecondStep, user: User, op: str) -> Added:

@@ -8,19 +8,26 @@ every page but the second step's reads as signed out. The second step's page tak
 recovery code or a passkey (or, for a person who must have a factor and has none, adds one),
 then opens the browser session, marked with the factor passed, and sends the person back to
 the page they came from (`then`, a path of ours; the cookie keeps only its digest, so no
-cookie outgrows a browser's limit and no link can send a person elsewhere).
+cookie outgrows a browser's limit and no link can send a person elsewhere). The sign-in is
+finished once: its nonce is kept in the factor store as a challenge (purpose `sign_in`), which
+the step takes before it checks what was given and gives back when that fails; of two
+requests at once (a double click, two tabs), one goes through, the other finds it taken.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlencode, urlsplit
 
 from backends.base import User
+from backends.sessions.factors import SIGN_IN, Challenge
 from homeserver.account_page import PATH as ACCOUNT_PATH
 from homeserver.account_page import AccountPage, BrowserSessionCookie
 from homeserver.mfa.policy import SecondFactorPolicy
@@ -42,7 +49,8 @@ AUDIT_REASON = "second step"
 class PendingSignIn:
     """A sign-in whose password passed and whose second step has not: the user, the credential
     fingerprints of the password, when, where the person goes afterwards (a digest of the
-    path) and which page it began on (its audit reason)."""
+    path), which page it began on (its audit reason) and its nonce (base64url; the store keeps
+    it until the sign-in is finished)."""
 
     user: str
     identity_fp: str
@@ -50,22 +58,24 @@ class PendingSignIn:
     issued: int  # seconds since the epoch
     then_digest: str
     reason: str
+    nonce: str
 
     def encode(self) -> str:
-        fields = [self.user, self.identity_fp, self.password_fp, self.issued, self.then_digest, self.reason]
+        fields = [self.user, self.identity_fp, self.password_fp, self.issued, self.then_digest, self.reason, self.nonce]
         return json.dumps(fields, separators=(",", ":"))
 
     @classmethod
     def decode(cls, text: str) -> PendingSignIn | None:
+        """The pending sign-in of a cookie; None for anything else (a cookie of before nonces too)."""
         try:
-            user, identity_fp, password_fp, issued, then_digest, reason = json.loads(text)
+            user, identity_fp, password_fp, issued, then_digest, reason, nonce = json.loads(text)
         except (ValueError, TypeError):
             return None
-        if not all(isinstance(value, str) for value in (user, identity_fp, password_fp, then_digest, reason)):
+        if not all(isinstance(value, str) for value in (user, identity_fp, password_fp, then_digest, reason, nonce)):
             return None
         if not isinstance(issued, int) or isinstance(issued, bool):
             return None
-        return cls(user, identity_fp, password_fp, issued, then_digest, reason)
+        return cls(user, identity_fp, password_fp, issued, then_digest, reason, nonce)
 
 
 def digest(then: str) -> str:
@@ -110,13 +120,34 @@ class SecondStep:
         """Whether the second step adds a factor (the person must have one and has none)."""
         return self.policy.must_have(user) and not await self.factors.has_factor(user.name)
 
-    def begin(self, user: User, then: str, reason: str) -> PendingSignIn:
-        """The pending sign-in of a person whose password just passed, going on to `then`."""
+    async def begin(self, user: User, then: str, reason: str) -> PendingSignIn:
+        """The pending sign-in of a person whose password just passed, going on to `then`; its
+        nonce kept in the store until it is finished or its lifetime is over."""
         fingerprint = self.account_page.credentials.of(user)
         target = then if ours(then) else ACCOUNT_PATH
+        issued = int(self.clock())
+        nonce = secrets.token_bytes(32)
+        await self.factors.store.add_challenge(Challenge(user.name, SIGN_IN, nonce, (issued + self.lifetime) * 1000))
         return PendingSignIn(
-            user.name, fingerprint.identity, fingerprint.password, int(self.clock()), digest(target), reason
+            user.name, fingerprint.identity, fingerprint.password, issued, digest(target), reason,
+            base64.urlsafe_b64encode(nonce).decode("ascii").rstrip("="),
         )
+
+    async def take(self, pending: PendingSignIn) -> Challenge | None:
+        """The pending sign-in taken, in one store step, for one request to finish: of two at
+        once, one gets it. None when it is taken (finished, or being finished), or gone."""
+        try:
+            nonce = base64.urlsafe_b64decode(pending.nonce + "=" * (-len(pending.nonce) % 4))
+        except (binascii.Error, ValueError):
+            return None
+        taken = await self.factors.store.take_challenge(hashlib.sha256(nonce).hexdigest())
+        if taken is None or taken.user != pending.user or taken.purpose != SIGN_IN:
+            return None
+        return taken
+
+    async def give_back(self, taken: Challenge) -> None:
+        """A taken sign-in not finished (what was given did not pass): pending again."""
+        await self.factors.store.add_challenge(taken)
 
     async def standing(self, pending: PendingSignIn | None) -> User | None:
         """The user of a pending sign-in that still stands (in time, the user there, unlocked,

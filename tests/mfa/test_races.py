@@ -5,14 +5,18 @@ factor brings comes once, and a person who must keep a second factor keeps one."
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
+from backends.base import User
 from backends.sessions import create_session_store
 from backends.sessions.factors import RECOVERY, TOTP, WEBAUTHN
 from homeserver.mfa.limits import WrongCodeLimit
 from homeserver.mfa.passkeys import RelyingParty
 from homeserver.mfa.sealing import Keyring
+from homeserver.mfa.second_step import SecondStep
 from homeserver.mfa.service import LastFactor, SecondFactors
 from tests.backends.test_session_store import store_options
 from tests.mfa.authenticator import SoftAuthenticator
@@ -135,3 +139,19 @@ async def test_the_only_factor_removed_while_another_is_added_leaves_codes_that_
     assert len(added.recovery_codes) == 10
     passed = await one.check_code("alice", added.recovery_codes[0])
     assert (passed.kind, passed.recovery_left) == (RECOVERY, 9)
+
+
+async def test_a_pending_sign_in_is_taken_once_and_given_back(servers):
+    """The second step's POSTs of one pending sign-in at once, on either process: one takes it;
+    given back (what was typed did not pass), it can be taken again, once."""
+    fingerprint = SimpleNamespace(identity="i", password="p")
+    page = SimpleNamespace(credentials=SimpleNamespace(of=lambda user: fingerprint))
+    steps = [SecondStep(service, None, page) for service in servers]  # type: ignore[arg-type]
+    pending = await steps[0].begin(User("alice", "alice"), "/account/", "account page")
+    taken = await asyncio.gather(*(step.take(pending) for step in steps * 2))
+    assert len([t for t in taken if t is not None]) == 1, taken
+    await steps[1].give_back(next(t for t in taken if t is not None))
+    again = await asyncio.gather(*(step.take(pending) for step in steps))
+    assert len([t for t in again if t is not None]) == 1, again
+    forged = replace(pending, nonce="A" * 43)  # another nonce: unknown
+    assert await steps[0].take(forged) is None

@@ -106,6 +106,71 @@ async def test_a_wrong_or_replayed_code_is_refused_and_the_sign_in_stays_pending
     assert (await code(other, html, app.code())).status == 303
 
 
+def held_together(monkeypatch, factors: Any, name: str, requests: int = 2) -> Any:
+    """Hold the service's `name` (check_code, ...) until every request is in it or answered;
+    `answered()` is called as each answer comes (a request that never calls it lets the other on)."""
+    waiting, all_in = [], asyncio.Event()
+    real = getattr(factors, name)
+
+    async def together(*args: Any) -> Any:
+        waiting.append(args)
+        if len(waiting) >= requests:
+            all_in.set()
+        await all_in.wait()
+        return await real(*args)
+
+    def answered() -> None:
+        waiting.append(None)
+        if len(waiting) >= requests:
+            all_in.set()
+
+    monkeypatch.setattr(factors, name, together)
+    return answered
+
+
+async def test_a_pending_sign_in_sent_twice_at_once_opens_one_session(hs, browser, monkeypatch):
+    # Two tabs, each with a right code (an app's, a recovery code): the sign-in is finished
+    # once, the other answer a redirect to where it began, without a second session.
+    app, recovery_codes = await add_app(hs.second_factors, "alice")
+    html = await to_second_step(browser)
+    answered = held_together(monkeypatch, hs.second_step.factors, "check_code")
+
+    async def send(value: str) -> Any:
+        try:
+            return await browser.post({"op": "code", "code": value, "then": then_of(html)}, path=STEP)
+        finally:
+            answered()
+
+    answers = await asyncio.gather(send(app.code()), send(recovery_codes[0]))
+    statuses = [resp.status for resp in answers]
+    assert 303 in statuses and set(statuses) <= {200, 303}, answers  # the recovery code's page, or a redirect
+    assert {resp.headers["Location"] for resp in answers if resp.status == 303} == {then_of(html)}
+    assert len(await hs.browser_sessions.list_open("alice")) == 1
+    assert "Your sessions" in assert_page(await browser.get())
+    # Sent again later: a redirect, no session either.
+    assert (await code(browser, html, app.code())).status == 303
+    assert len(await hs.browser_sessions.list_open("alice")) == 1
+
+
+async def test_one_code_in_two_sign_ins_at_once_passes_once(hs, fetch, monkeypatch):
+    # Two browsers, each with its own pending sign-in, the same code at once: one passes.
+    app, _ = await add_app(hs.second_factors, "alice")
+    browsers = [Browser(fetch), Browser(fetch)]
+    pages = [await to_second_step(b) for b in browsers]
+    answered = held_together(monkeypatch, hs.second_step.factors, "check_code")
+    used = app.code()
+
+    async def send(b: Browser, html: str) -> Any:
+        try:
+            return await code(b, html, used)
+        finally:
+            answered()
+
+    answers = await asyncio.gather(*(send(b, html) for b, html in zip(browsers, pages, strict=True)))
+    assert sorted(resp.status for resp in answers) == [303, 403], answers
+    assert len(await hs.browser_sessions.list_open("alice")) == 1
+
+
 async def test_wrong_codes_are_limited_per_person(hs, browser, caplog):
     app, _ = await add_app(hs.second_factors, "alice")
     html = await to_second_step(browser)
@@ -120,14 +185,16 @@ async def test_wrong_codes_are_limited_per_person(hs, browser, caplog):
     assert failures == {"totp": 3.0}
 
 
-async def test_wrong_codes_sent_at_once_get_no_more_tries_than_the_limit(hs, browser):
+async def test_wrong_codes_sent_at_once_get_no_more_tries_than_the_limit(hs, fetch):
     """Codes sent together (a guesser's parallel requests) are counted as one after another:
     no more of them are tried than the limit lets through, the rest answer 429."""
     app, _ = await add_app(hs.second_factors, "alice")
-    html = await to_second_step(browser)
     window = {pyotp.TOTP(app.secret).at((app.step_now() + i) * 30) for i in range(-2, 3)}
     wrong = [c for c in (f"{n:06d}" for n in range(20)) if c not in window][:12]
-    answers = await asyncio.gather(*(code(browser, html, guess) for guess in wrong))
+    # Each from its own pending sign-in (one sign-in takes one code at a time).
+    browsers = [Browser(fetch) for _ in wrong]
+    pages = [await to_second_step(b) for b in browsers]
+    answers = await asyncio.gather(*(code(b, html, guess) for b, html, guess in zip(browsers, pages, wrong, strict=True)))
     statuses = sorted(resp.status for resp in answers)
     assert statuses.count(403) == 3 and set(statuses) == {403, 429}, statuses
 
@@ -183,35 +250,34 @@ async def test_a_person_who_must_have_one_adds_an_app_in_the_same_step(hs, brows
     assert opened.second_factor == "totp"
 
 
-async def test_two_tabs_adding_the_first_factor_at_once_show_one_set_of_codes(hs, browser, monkeypatch):
-    # Carol's second step open in two tabs, an app added in each at once: both kept, the codes
-    # shown on one page (the set that works), the other page says the app was added, with no
-    # empty list of codes "shown only now".
+async def test_two_tabs_adding_the_first_factor_at_once_finish_the_sign_in_once(hs, browser, monkeypatch):
+    # Carol's second step open in two tabs (one pending sign-in: the browser's), an app added in
+    # each at once: the sign-in is finished once, by the tab whose app is added, its page showing
+    # the codes (the set that works); the other is sent back to where it began, with no second
+    # session and no app added that its page did not confirm.
     tabs = []
     for _ in range(2):
         html = await to_second_step(browser, "carol", "sesame", script=True)
         app = App.from_uri(re.search(r'<a href="(otpauth://totp/[^"]+)"', html).group(1).replace("&amp;", "&"))
         pending = dict((n, v) for _, n, v in forms_of(html)[0].fields)["pending"]
         tabs.append({"op": "add_app", "pending": pending, "code": app.code(), "then": then_of(html)})
-    factors = hs.second_step.factors
-    waiting, both_in = [], asyncio.Event()
+    answered = held_together(monkeypatch, hs.second_step.factors, "finish_totp")
 
-    async def together(*args: Any) -> Any:
-        waiting.append(args)
-        if len(waiting) == 2:
-            both_in.set()
-        await both_in.wait()
-        return await finish_totp(*args)
+    async def send(tab: dict[str, str]) -> Any:
+        try:
+            return await browser.post(tab, path=STEP)
+        finally:
+            answered()
 
-    finish_totp = factors.finish_totp
-    monkeypatch.setattr(factors, "finish_totp", together)
-    pages = [assert_page(resp) for resp in await asyncio.gather(*(browser.post(tab, path=STEP) for tab in tabs))]
-    assert all("Second factor added" in page for page in pages)
-    shown = [re.findall(r"<li><code>([^<]+)</code></li>", page) for page in pages]
-    assert sorted(len(codes) for codes in shown) == [0, 10], shown
-    assert ["Your recovery codes" in page for page in pages].count(True) == 1
-    assert sorted(f.kind for f in await hs.second_factors.factors("carol")) == ["recovery", "totp", "totp"]
-    codes = max(shown, key=len)
+    answers = sorted(await asyncio.gather(*(send(tab) for tab in tabs)), key=lambda resp: resp.status)
+    assert [resp.status for resp in answers] == [200, 303], answers
+    assert answers[1].headers["Location"] == tabs[0]["then"]
+    page = assert_page(answers[0])
+    assert "Second factor added" in page and "Your recovery codes" in page
+    codes = re.findall(r"<li><code>([^<]+)</code></li>", page)
+    assert len(codes) == 10, page
+    assert sorted(f.kind for f in await hs.second_factors.factors("carol")) == ["recovery", "totp"]
+    assert len(await hs.browser_sessions.list_open("carol")) == 1
     assert (await hs.second_factors.check_code("carol", codes[0])).recovery_left == 9
 
 
