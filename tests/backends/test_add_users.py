@@ -43,6 +43,17 @@ async def test_into_the_users_file(tmp_path):
     assert await backend.add_users(NEW) == []
 
 
+async def assert_batch_added(backend) -> None:
+    """NEW added beside alice (kept as she was), with every field, found by address too; once."""
+    assert await backend.add_users(NEW) == ["ann", "bo"]
+    assert (await backend.get_user("alice")).password == "aa"
+    ann = await backend.get_user("ann")
+    assert (ann.admin, ann.password_scheme, ann.email) == (True, "synapse", "Ann@Example.org")
+    assert [u.name for u in await backend.get_users_by_email("ann@example.org")] == ["ann"]
+    assert (await backend.get_user("bo")).locked
+    assert await backend.add_users(NEW) == []
+
+
 @pytest.mark.parametrize("mode", ["standalone", "cluster"])
 async def test_into_redis(mode, request, tmp_path):
     if mode == "cluster":
@@ -56,13 +67,7 @@ async def test_into_redis(mode, request, tmp_path):
     await backend.start()
     try:
         await backend.add_user(User(name="alice", ident=" (alice)", password="aa"))
-        assert await backend.add_users(NEW) == ["ann", "bo"]
-        assert (await backend.get_user("alice")).password == "aa"
-        ann = await backend.get_user("ann")
-        assert (ann.admin, ann.password_scheme, ann.email) == (True, "synapse", "Ann@Example.org")
-        assert [u.name for u in await backend.get_users_by_email("ann@example.org")] == ["ann"]
-        assert (await backend.get_user("bo")).locked
-        assert await backend.add_users(NEW) == []
+        await assert_batch_added(backend)
     finally:
         await backend.close()
         client = (redis.cluster.RedisCluster.from_url(section["url"]) if mode == "cluster"
@@ -111,12 +116,7 @@ async def test_into_redis_whose_script_cache_is_emptied_before_the_transaction(m
     try:
         await backend.add_user(User(name="alice", ident=" (alice)", password="aa"))
         flush_scripts_before_each_transaction(backend.connection.connect(), server, monkeypatch)
-        assert await backend.add_users(NEW) == ["ann", "bo"]
-        ann = await backend.get_user("ann")
-        assert (ann.admin, ann.password_scheme, ann.email) == (True, "synapse", "Ann@Example.org")
-        assert [u.name for u in await backend.get_users_by_email("ann@example.org")] == ["ann"]
-        assert (await backend.get_user("bo")).locked
-        assert await backend.add_users(NEW) == []
+        await assert_batch_added(backend)
     finally:
         await backend.close()
 
