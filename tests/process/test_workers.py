@@ -126,6 +126,11 @@ def test_a_stop_while_the_workers_are_forked_starts_no_more(monkeypatch):
                 self.on_signal(signal.SIGTERM, None)
 
     monkeypatch.setattr(workers, "Workers", StopAfterFirst)
+
+    def no_children() -> tuple[int, int]:  # the recorded children are no processes of ours
+        raise ChildProcessError
+
+    monkeypatch.setattr(workers.os, "wait", no_children)  # not the test run's own (its servers)
     previous = {sig: signal.getsignal(sig) for sig in workers.FORWARDED}
     try:
         assert workers.run_workers(3, lambda index: 0, early=workers.EarlySignals()) == 0
