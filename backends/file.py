@@ -247,7 +247,7 @@ class FileBackend(UserBackend):
             signature, users = await loop.run_in_executor(None, read_versioned, self.path, self.check_passwords)
             if isinstance(users, ConfigError):
                 raise StoreIncomplete(str(users))
-            if self.signature is not None:  # a started backend (a command's lists without serving)
+            if self.signature is not None:  # a backend never started (a command's) serves nothing to update
                 self._reloaded(signature, users)
             return list(users.values())
 

@@ -135,18 +135,19 @@ class Sessions:
         if session.ended_ts is not None:
             raise unknown_token()
         if self.grants is not None and session.token_hash not in self._touched and _unseen(session):
-            await self._mark_used(session)
+            await self._mark_used(self.grants, session)
         self._maybe_touch(session, session.last_seen_ip if ip is None else ip)
         return session
 
-    async def _mark_used(self, session: Session) -> None:
+    @staticmethod
+    async def _mark_used(grants: OAuthStore, session: Session) -> None:
         """A refreshable token's first use, written before the request is answered: the refresh
-        rule reads it (homeserver.oauth.grants), and a replay of the refresh token before it
-        sent the moment after this answer must find it (in the background, the replay could
-        come first and pass as the retry of a lost answer). One write per access token."""
-        assert self.grants is not None
+        rule reads it (homeserver.oauth.grants), and a replay of the previous refresh token sent
+        the moment after this answer must find it (written in the background, it could come
+        after that replay, which would pass as the retry of a lost answer). One write per
+        access token and process."""
         try:
-            await self.grants.mark_access_used(session.user, session.device_id, session.token_hash)
+            await grants.mark_access_used(session.user, session.device_id, session.token_hash)
         except StoreUnavailable as exc:  # the session's last-seen write still tells, while it lives
             logger.debug("first use not recorded: %s", exc)
 
